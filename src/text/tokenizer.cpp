@@ -1,0 +1,102 @@
+#include <algorithm>
+
+#include "kvlab/error.h"
+#include "kvlab/log.h"
+#include "kvlab/text.h"
+#include "llama.h"
+
+namespace kvlab {
+
+Tokenizer::Tokenizer(const std::string & path) {
+    init_backend_logging();
+    llama_model_params mp = llama_model_default_params();
+    mp.vocab_only = true;
+    model_ = llama_model_load_from_file(path.c_str(), mp);
+    if (!model_) throw Error("text", "libllama could not load the vocabulary of " + path);
+    vocab_ = llama_model_get_vocab(model_);
+    if (const char * t = llama_model_chat_template(model_, nullptr)) chat_template_ = t;
+}
+
+Tokenizer::~Tokenizer() {
+    if (model_) llama_model_free(model_);
+}
+
+std::vector<int32_t> Tokenizer::encode(const std::string & text, bool add_special, bool parse_special) const {
+    std::vector<llama_token> out(text.size() + 8);
+    int32_t n = llama_tokenize(vocab_, text.data(), int32_t(text.size()), out.data(), int32_t(out.size()), add_special,
+                               parse_special);
+    if (n < 0) {
+        out.resize(size_t(-n));
+        n = llama_tokenize(vocab_, text.data(), int32_t(text.size()), out.data(), int32_t(out.size()), add_special,
+                           parse_special);
+    }
+    if (n < 0) throw Error("text", "tokenization failed");
+    out.resize(size_t(n));
+    return {out.begin(), out.end()};
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t> & tokens) const {
+    std::string out(tokens.size() * 8 + 16, '\0');
+    int32_t n = llama_detokenize(vocab_, tokens.data(), int32_t(tokens.size()), out.data(), int32_t(out.size()), false,
+                                 false);
+    if (n < 0) {
+        out.resize(size_t(-n));
+        n = llama_detokenize(vocab_, tokens.data(), int32_t(tokens.size()), out.data(), int32_t(out.size()), false,
+                             false);
+    }
+    if (n < 0) throw Error("text", "detokenization failed");
+    out.resize(size_t(n));
+    return out;
+}
+
+std::string Tokenizer::piece(int32_t token) const {
+    char buf[256];
+    const int32_t n = llama_token_to_piece(vocab_, token, buf, sizeof(buf), 0, true);
+    return n < 0 ? std::string() : std::string(buf, size_t(n));
+}
+
+std::string Tokenizer::chat_text(const std::vector<ChatMessage> & messages) const {
+    if (chat_template_.empty()) throw Error("text", "the model has no chat template; use a plain prompt instead");
+    std::vector<llama_chat_message> msgs;
+    size_t total = 0;
+    for (const auto & m : messages) {
+        msgs.push_back({m.role.c_str(), m.content.c_str()});
+        total += m.content.size() + m.role.size();
+    }
+    std::string buf(2 * total + 256, '\0');
+    int32_t n = llama_chat_apply_template(chat_template_.c_str(), msgs.data(), msgs.size(), true, buf.data(),
+                                          int32_t(buf.size()));
+    if (n > int32_t(buf.size())) {
+        buf.resize(size_t(n));
+        n = llama_chat_apply_template(chat_template_.c_str(), msgs.data(), msgs.size(), true, buf.data(),
+                                      int32_t(buf.size()));
+    }
+    if (n < 0) throw Error("text", "libllama does not recognise this model's chat template");
+    buf.resize(size_t(n));
+    return buf;
+}
+
+std::vector<int32_t> Tokenizer::chat(const std::vector<ChatMessage> & messages) const {
+    // The template text may itself start with the BOS text; tokenizing with add_special
+    // would then give two BOS tokens. Keep exactly one.
+    std::vector<int32_t> toks = encode(chat_text(messages), /*add_special=*/true, /*parse_special=*/true);
+    const int32_t b = bos();
+    if (toks.size() >= 2 && b >= 0 && toks[0] == b && toks[1] == b) toks.erase(toks.begin());
+    return toks;
+}
+
+int32_t Tokenizer::n_vocab() const { return llama_vocab_n_tokens(vocab_); }
+int32_t Tokenizer::bos() const { return llama_vocab_bos(vocab_); }
+int32_t Tokenizer::eos() const { return llama_vocab_eos(vocab_); }
+int32_t Tokenizer::eot() const { return llama_vocab_eot(vocab_); }
+bool Tokenizer::adds_bos() const { return llama_vocab_get_add_bos(vocab_); }
+bool Tokenizer::is_eog(int32_t token) const { return llama_vocab_is_eog(vocab_, token); }
+
+std::vector<int32_t> Tokenizer::eog_ids() const {
+    std::vector<int32_t> ids;
+    for (int32_t t = 0; t < n_vocab(); ++t)
+        if (is_eog(t)) ids.push_back(t);
+    return ids;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,41 @@
+// Tiny random-weight GGUF models for architecture tests (STYLE.md: a few layers, small
+// dims, seeded weights, compared across engines). The vocabulary and chat template come
+// from a real model so that tokenization matches; only the weights are random.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ggml.h"
+
+namespace kvlab::test {
+
+struct TinySpec {
+    std::string arch;  // "llama" | "qwen2" | "qwen3"
+    int n_layer = 2;
+    int n_embd = 64;
+    int n_head = 4;
+    int n_head_kv = 2;
+    int head_dim = 16;  // qwen2 needs n_head * head_dim == n_embd; llama and qwen3 do not
+    int n_ff = 128;
+    int n_ctx_train = 2048;
+    float rope_theta = 10000.f;
+    float rms_eps = 1e-5f;
+    uint64_t seed = 1;
+    bool tie_embeddings = true;             // no output.weight: the LM head is token_embd
+    ggml_type weight_type = GGML_TYPE_F32;  // 2-D matrices: F32, F16 or Q8_0; norms and biases stay F32
+};
+
+// Writes a GGUF at out_path with every tokenizer.* key of vocab_src (the real default
+// model), spec's hyperparameters and weights drawn from std::mt19937_64(spec.seed):
+// matrices N(0, 1/n_in) so each matmul keeps activations O(1) (std 0.125 at n_in = 64,
+// ~0.02 at real widths), norms 1 + N(0, 0.05^2), biases N(0, 0.05^2). The same spec
+// gives the same bytes on every run. Returns out_path; throws kvlab::Error("tiny_gguf", ...).
+std::string write_tiny_gguf(const TinySpec & spec, const std::string & vocab_src, const std::string & out_path);
+
+// The real default model: env KVLAB_TEST_MODEL if set, else
+// ~/.cache/kvlab/models/smollm2-135m-0.1.2.gguf. Throws kvlab::Error naming the fix
+// (scripts/models.sh smollm2-135m) when the file is missing.
+std::string default_model_path();
+
+}  // namespace kvlab::test

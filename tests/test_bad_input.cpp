@@ -1,0 +1,114 @@
+// Bad input gives a clear message naming the problem and a non-zero exit, never a crash:
+// through the library (exceptions) and through the kvlab command line (exit codes).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kvlab/engine.h"
+#include "kvlab/error.h"
+#include "support/fixtures.h"
+#include "support/tiny_gguf.h"
+
+namespace kvlab {
+namespace {
+
+namespace fs = std::filesystem;
+
+class BadInput : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = test::temp_dir("bad");
+        test::TinySpec spec;
+        spec.arch = "llama";
+        spec.n_ctx_train = 64;
+        good_ = test::write_tiny_gguf(spec, test::default_model_path(), dir_ + "/good.gguf");
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+
+    std::string write(const std::string & name, const std::string & bytes) {
+        const std::string p = dir_ + "/" + name;
+        std::ofstream(p, std::ios::binary) << bytes;
+        return p;
+    }
+    std::string file_bytes(const std::string & p) {
+        std::ifstream in(p, std::ios::binary);
+        return {std::istreambuf_iterator<char>(in), {}};
+    }
+    // The tiny model with general.architecture rewritten to an architecture kvlab lacks.
+    std::string unsupported_arch() {
+        std::string b = file_bytes(good_);
+        const std::string key = "general.architecture";
+        const size_t at = b.find(key);
+        EXPECT_NE(at, std::string::npos);
+        const size_t val = b.find("llama", at + key.size());
+        b.replace(val, 5, "mamba");
+        return write("mamba.gguf", b);
+    }
+    // Loading must throw kvlab::Error with every fragment in its message.
+    void expect_load_error(const std::string & path, const std::vector<std::string> & fragments) {
+        try {
+            Model::load(path, 1);
+            ADD_FAILURE() << "no error for " << path;
+        } catch (const Error & e) {
+            for (const auto & f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+        }
+    }
+    // The CLI must exit with 1 (not a signal) and print every fragment.
+    void expect_cli_error(const std::string & args, const std::vector<std::string> & fragments) {
+        const auto r = test::run_command(test::kvlab_binary() + " " + args);
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        for (const auto & f : fragments) EXPECT_NE(r.output.find(f), std::string::npos) << r.output;
+    }
+    std::string dir_, good_;
+};
+
+TEST_F(BadInput, MissingFile) {
+    expect_load_error(dir_ + "/nope.gguf", {"no such file", "nope.gguf"});
+    expect_cli_error("info " + dir_ + "/nope.gguf", {"nope.gguf"});
+}
+
+TEST_F(BadInput, NotAGgufFile) {
+    const auto p = write("notes.gguf", "this is plain text, not a model\n");
+    expect_load_error(p, {"not a GGUF file"});
+    expect_cli_error("generate " + p + " --prompt hi", {"not a GGUF file"});
+}
+
+TEST_F(BadInput, TruncatedFile) {
+    const std::string b = file_bytes(good_);
+    const auto p = write("cut.gguf", b.substr(0, b.size() / 2));
+    expect_load_error(p, {"truncated"});
+    expect_cli_error("info " + p, {"truncated"});
+}
+
+TEST_F(BadInput, UnsupportedArchitecture) {
+    const auto p = unsupported_arch();
+    expect_load_error(p, {"unsupported architecture 'mamba'", "llama"});
+    expect_cli_error("info " + p, {"unsupported architecture 'mamba'"});
+}
+
+TEST_F(BadInput, PromptLongerThanTheContext) {
+    auto model = Model::load(good_, 1);
+    Engine e(*model);
+    KvStore c = e.new_cache(80);
+    std::vector<int32_t> toks(65, 100);
+    try {
+        e.prefill(c, toks);
+        ADD_FAILURE() << "no error";
+    } catch (const Error & err) {
+        EXPECT_NE(std::string(err.what()).find("exceeds the model's maximum of 64"), std::string::npos) << err.what();
+    }
+    std::string prompt;
+    for (int i = 0; i < 80; ++i) prompt += " word";
+    expect_cli_error("generate " + good_ + " --max-tokens 4 --prompt '" + prompt + "'", {"context of 64"});
+}
+
+TEST_F(BadInput, UnknownModelNameAndBadOptions) {
+    expect_cli_error("generate no-such-model --prompt hi", {"no-such-model", "smollm2-135m"});
+    const auto r = test::run_command(test::kvlab_binary() + " generate " + good_ + " --prompt hi --top-p 3");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_LT(r.exit_code, 128) << r.output;
+}
+
+}  // namespace
+}  // namespace kvlab

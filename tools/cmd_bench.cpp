@@ -1,0 +1,103 @@
+// kvlab bench MODEL: kvlab and libllama side by side in one run, same GGUF and threads:
+// prefill tokens/s at each context length and decode tokens/s on top of that context,
+// medians of interleaved repetitions, and the ratios kvlab / llama.cpp.
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "common.h"
+#include "kvlab/error.h"
+#include "kvlab/provenance.h"
+#include "kvlab/sys.h"
+#include "llama_ref.h"
+
+namespace kvlab::cli {
+
+namespace {
+struct BenchArgs {
+    std::string model;
+    std::vector<int> contexts = {512, 4096};
+    int reps = 5, n_decode = 32, threads = default_threads(), chunk = 512;
+    bool json = false;
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run_bench(const BenchArgs & a) {
+    Loaded l = load(a.model, a.threads);
+    const int max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
+    if (max_ctx + a.n_decode > l.model->hparams().n_ctx_train)
+        throw Error("bench", "context " + std::to_string(max_ctx) + " + decode exceeds the model's " +
+                                 std::to_string(l.model->hparams().n_ctx_train) + " tokens");
+    Engine engine(*l.model, EngineOptions{a.chunk});
+    LlamaRef ref(l.path, a.threads, max_ctx + a.n_decode + 16, a.chunk);
+    std::mt19937 rng(1234);
+    nlohmann::json results = nlohmann::json::array();
+    if (!a.json)
+        std::printf("%-8s %-22s %12s %12s %8s\n", "context", "measure", "kvlab", "llama.cpp", "ratio");
+    for (int n_ctx : a.contexts) {
+        // real token ids drawn from the vocabulary (speed does not depend on the text)
+        std::vector<int32_t> toks(n_ctx);
+        std::uniform_int_distribution<int32_t> dist(0, l.model->hparams().n_vocab - 1);
+        for (auto & t : toks) t = dist(rng);
+        std::vector<double> kp, kd, rp, rd;
+        for (int rep = 0; rep < a.reps; ++rep) {
+            if (!a.json) std::fprintf(stderr, "\r[bench] context %d: repetition %d/%d", n_ctx, rep + 1, a.reps);
+            {
+                KvStore cache = engine.new_cache(n_ctx + a.n_decode);
+                PrefillStats ps;
+                engine.prefill(cache, toks, &ps);
+                kp.push_back(double(n_ctx) / ps.seconds);
+                GenerateOptions go;
+                go.max_tokens = a.n_decode + 1;
+                go.stop_on_eog = false;
+                // one query token, then n_decode single-token steps
+                GenerateResult r = engine.generate(cache, {toks[0]}, go);
+                kd.push_back(r.decode_tokens_per_second());
+            }
+            rp.push_back(double(n_ctx) / ref.time_prefill(toks));
+            ref.decode({toks[0]}, false);
+            rd.push_back(double(a.n_decode) / ref.time_decode(toks[1], a.n_decode));
+        }
+        if (!a.json) std::fprintf(stderr, "\n");
+        const double mkp = median(kp), mrp = median(rp), mkd = median(kd), mrd = median(rd);
+        results.push_back({{"context", n_ctx}, {"measure", "prefill_tokens_per_s"}, {"kvlab", mkp}, {"llama_cpp", mrp},
+                           {"ratio", mkp / mrp}, {"kvlab_reps", kp}, {"llama_cpp_reps", rp}});
+        results.push_back({{"context", n_ctx}, {"measure", "decode_tokens_per_s"}, {"kvlab", mkd}, {"llama_cpp", mrd},
+                           {"ratio", mkd / mrd}, {"kvlab_reps", kd}, {"llama_cpp_reps", rd}});
+        if (!a.json) {
+            std::printf("%-8d %-22s %12.1f %12.1f %8.3f\n", n_ctx, "prefill tok/s", mkp, mrp, mkp / mrp);
+            std::printf("%-8d %-22s %12.1f %12.1f %8.3f\n", n_ctx, "decode tok/s", mkd, mrd, mkd / mrd);
+            std::fflush(stdout);
+        }
+    }
+    if (a.json) {
+        nlohmann::json j = {{"results", results},
+                            {"params", {{"reps", a.reps}, {"n_decode", a.n_decode}, {"threads", a.threads},
+                                        {"chunk_size", a.chunk}, {"statistic", "median"},
+                                        {"llama_cpp_flash_attn", true}}},
+                            {"provenance", provenance(*l.model, *l.tok)}};
+        std::printf("%s\n", j.dump(2).c_str());
+    }
+    return 0;
+}
+}  // namespace
+
+void add_bench_command(CLI::App & app, int & rc) {
+    auto * cmd = app.add_subcommand("bench", "Benchmark kvlab against libllama side by side: prefill and decode speed");
+    auto a = std::make_shared<BenchArgs>();
+    cmd->add_option("MODEL", a->model, "short name or .gguf path")->required();
+    cmd->add_option("--contexts", a->contexts, "context lengths in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--reps", a->reps, "repetitions (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--decode", a->n_decode, "tokens decoded on top of each context")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--threads", a->threads, "CPU threads for both engines")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--chunk", a->chunk, "prefill chunk (ubatch) size for both engines")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_flag("--json", a->json, "print the results, every repetition and the provenance as JSON");
+    cmd->callback([&rc, a] { rc = run_bench(*a); });
+}
+
+}  // namespace kvlab::cli
