@@ -1,7 +1,12 @@
 // The KV store: per layer, per KV head, a segment of K and V rows (post-RoPE keys)
-// with its own length and the ORIGINAL position of every row. Layers may differ in
-// capacity; heads keep their own lengths (filled uniformly by prefill; compression
-// makes them differ).
+// with its own length, its own capacity and the ORIGINAL position of every row.
+// Layers may differ (PyramidKV) and heads may differ (Ada-KV): compaction keeps only
+// the chosen rows plus a reserve and frees the rest for real.
+//
+// Layout: per layer one F16 tensor for K and one for V, [head_dim, rows], where head
+// h's segment is the rows [offset(il, h), offset(il, h) + capacity(il, h)). When every
+// head of a layer has the same capacity the tensor is a plain [head_dim, cap, n_head_kv]
+// block. Rows of a segment are always sorted by position.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +19,15 @@ struct ggml_backend_buffer;
 
 namespace kvlab {
 
+// Kept row indices per layer and KV head: keep[il][h] = ascending row indices.
+using KeepPlan = std::vector<std::vector<std::vector<int32_t>>>;
+
 class KvStore {
 public:
-    // capacity: rows per (layer, head) segment, the same for every layer.
+    // Every segment gets `capacity` rows.
     KvStore(const HParams & hp, ggml_backend * backend, int64_t capacity);
-    // per-layer capacities (compression allocates exactly kept + reserve rows per layer).
-    KvStore(const HParams & hp, ggml_backend * backend, const std::vector<int64_t> & capacities);
+    // capacities[il][h]: rows of segment (il, h).
+    KvStore(const HParams & hp, ggml_backend * backend, const std::vector<std::vector<int64_t>> & capacities);
     ~KvStore();
     KvStore(KvStore && other) noexcept;
     KvStore & operator=(KvStore && other) noexcept;
@@ -32,27 +40,40 @@ public:
     int32_t n_layer() const { return int32_t(layers_.size()); }
     int32_t n_head_kv() const { return n_head_kv_; }
     int32_t head_dim() const { return head_dim_; }
-    int64_t capacity(int il) const { return layers_[il].capacity; }
+    int64_t capacity(int il, int h) const { return layers_[il].cap[h]; }
+    int64_t offset(int il, int h) const { return layers_[il].off[h]; }
     int64_t n_rows(int il, int h) const { return int64_t(layers_[il].pos[h].size()); }
     int64_t max_rows(int il) const;
-    // Original positions of the rows of (layer, head), in row order.
+    int64_t total_rows() const;  // held rows over all segments
+    // Original positions of the rows of (layer, head), ascending.
     const std::vector<int32_t> & positions(int il, int h) const { return layers_[il].pos[h]; }
-    // True when every (layer, head) holds the same positions (the uniform fast path).
+    // True when the heads of layer il hold the same positions in equal-capacity segments
+    // (the layer's attention can treat its heads as one block: the fast path).
+    bool layer_uniform(int il) const;
+    // True when every segment of every layer holds the same positions.
     bool uniform() const;
     // Absolute position the next appended token takes (never the compressed length).
     int32_t next_pos() const { return next_pos_; }
-    // Number of prompt/answer tokens ever appended.
-    int64_t n_tokens_seen() const { return next_pos_; }
 
-    ggml_tensor * k(int il) const { return layers_[il].k; }  // F16 [head_dim, capacity, n_head_kv]
-    ggml_tensor * v(int il) const { return layers_[il].v; }  // F16 [head_dim, capacity, n_head_kv]
+    ggml_tensor * k(int il) const { return layers_[il].k; }  // F16 [head_dim, rows of the layer]
+    ggml_tensor * v(int il) const { return layers_[il].v; }
 
-    // Makes room for n more rows in every segment, growing (reallocating and copying)
-    // when needed; growth keeps the rows and doubles-or-fits capacity.
+    // Makes room for n more rows in every segment; a segment that is full grows
+    // (reallocating the store and copying) to max(need, 1.5 x capacity).
     void reserve(int64_t n_more);
     // Records that the graph wrote n rows at the end of every segment, at positions
     // next_pos() .. next_pos()+n-1.
     void commit(int64_t n);
+    // Undoes the last commit(n) (a failed graph computation).
+    void rollback(int64_t n);
+    // Keeps only the rows keep[il][h] (ascending, unique, in range) of every segment and
+    // reallocates so that each segment holds exactly its kept rows plus `reserve` rows:
+    // the memory of dropped rows is freed.
+    void compact(const KeepPlan & keep, int64_t reserve);
+
+    // K or V rows of segment (il, h) as float32, [n_rows][head_dim].
+    std::vector<float> read_k(int il, int h) const;
+    std::vector<float> read_v(int il, int h) const;
 
     // Allocated bytes of the K/V buffers, and the bytes the held rows need.
     uint64_t bytes() const;
@@ -61,13 +82,16 @@ public:
 
 private:
     struct Layer {
-        ggml_tensor * k = nullptr;  // F16 [head_dim, capacity, n_head_kv]
-        ggml_tensor * v = nullptr;  // F16 [head_dim, capacity, n_head_kv]
-        int64_t capacity = 0;
+        ggml_tensor * k = nullptr;
+        ggml_tensor * v = nullptr;
+        std::vector<int64_t> cap;               // [n_head_kv]
+        std::vector<int64_t> off;               // [n_head_kv] first row of each segment
         std::vector<std::vector<int32_t>> pos;  // [n_head_kv][n_rows]
     };
-    void allocate(const std::vector<int64_t> & capacities);
+    KvStore(const HParams & hp, ggml_backend * backend);
+    void allocate(const std::vector<std::vector<int64_t>> & capacities);
     void release();
+    std::vector<std::vector<int64_t>> capacities() const;
 
     HParams hp_;
     ggml_backend * backend_ = nullptr;

@@ -16,13 +16,26 @@ struct ggml_gallocr;
 
 namespace kvlab {
 
+// Which attention kernel the graphs run.
+//  kvlab: kvlab's float32 kernel on every cache shape (the default). Its result for a
+//         query row never depends on the chunk size, the batch or the thread count, so a
+//         full cache and a compressed one are always compared under the same arithmetic.
+//  ggml:  ggml's flash attention wherever a layer's heads hold the same positions (the
+//         kernel libllama runs: logits bit-identical to libllama's for the same ubatch);
+//         kvlab's kernel on the other layers. Below 64 query rows ggml rounds Q and the
+//         V sums to F16.
+enum class AttentionKernel { kvlab, ggml };
+const char * attention_kernel_name(AttentionKernel k);
+AttentionKernel parse_attention_kernel(const std::string & name);  // throws on an unknown name
+
 struct EngineOptions {
     int32_t chunk_size = 512;  // tokens per prefill graph
+    AttentionKernel attention = AttentionKernel::kvlab;
 };
 
 struct SamplingParams {
-    float temp = 0.0f;  // 0: greedy
-    int32_t top_k = 0;  // 0: off
+    float temp = 0.0f;   // 0: greedy
+    int32_t top_k = 0;   // 0: off
     float top_p = 1.0f;  // 1: off
     uint64_t seed = 0;
 };
@@ -65,6 +78,15 @@ struct GenerateResult {
     double decode_tokens_per_second() const { return decode_s > 0 ? double(n_decoded) / decode_s : 0.0; }
 };
 
+// Receives the post-RoPE queries of prefilled tokens, chunk by chunk, for the methods
+// that score the cache from attention. Called after each chunk is computed, when the
+// cache already holds that chunk's keys.
+struct QueryObserver {
+    int64_t first = 0;  // first token (0-based in the prefill call) whose queries are wanted
+    // q: F32 [n][n_head][head_dim] of layer il for tokens [tok0, tok0 + n) of the call.
+    std::function<void(int il, int64_t tok0, int64_t n, const float * q)> on_queries;
+};
+
 class Engine {
 public:
     Engine(const Model & model, EngineOptions opts = {});
@@ -82,7 +104,7 @@ public:
     // token [n_vocab]. With all_logits, the logits of every token are stored there
     // (row-major [n_tokens][n_vocab]). Throws when the context would exceed the model's.
     std::vector<float> prefill(KvStore & cache, const std::vector<int32_t> & tokens, PrefillStats * stats = nullptr,
-                               std::vector<float> * all_logits = nullptr);
+                               std::vector<float> * all_logits = nullptr, const QueryObserver * observer = nullptr);
 
     // Feeds the query on top of the cache, then samples up to max_tokens tokens.
     // on_token is called for each generated token as soon as it is sampled.
@@ -94,7 +116,8 @@ public:
 
 private:
     // Runs one graph over n tokens appended to the cache; logits of `n_out` last rows.
-    void eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out);
+    void eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out,
+              const QueryObserver * observer = nullptr, int64_t tok0 = 0);
 
     const Model & model_;
     EngineOptions opts_;

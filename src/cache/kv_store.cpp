@@ -1,5 +1,3 @@
-#include "kvlab/cache.h"
-
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -7,24 +5,33 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "kvlab/cache.h"
 #include "kvlab/error.h"
 
 namespace kvlab {
 
-KvStore::KvStore(const HParams & hp, ggml_backend * backend, int64_t capacity)
-    : KvStore(hp, backend, std::vector<int64_t>(hp.n_layer, capacity)) {}
-
-KvStore::KvStore(const HParams & hp, ggml_backend * backend, const std::vector<int64_t> & capacities)
+KvStore::KvStore(const HParams & hp, ggml_backend * backend)
     : hp_(hp), backend_(backend), n_head_kv_(hp.n_head_kv), head_dim_(hp.head_dim) {
-    KVLAB_ASSERT(int32_t(capacities.size()) == hp.n_layer, "one capacity per layer");
     layers_.resize(hp.n_layer);
     for (auto & l : layers_) l.pos.assign(n_head_kv_, {});
+}
+
+KvStore::KvStore(const HParams & hp, ggml_backend * backend, int64_t capacity)
+    : KvStore(hp, backend,
+              std::vector<std::vector<int64_t>>(hp.n_layer, std::vector<int64_t>(hp.n_head_kv, capacity))) {}
+
+KvStore::KvStore(const HParams & hp, ggml_backend * backend, const std::vector<std::vector<int64_t>> & capacities)
+    : KvStore(hp, backend) {
     allocate(capacities);
 }
 
-KvStore::~KvStore() { release(); }
+KvStore::~KvStore() {
+    release();
+}
 
-KvStore::KvStore(KvStore && o) noexcept { *this = std::move(o); }
+KvStore::KvStore(KvStore && o) noexcept {
+    *this = std::move(o);
+}
 
 KvStore & KvStore::operator=(KvStore && o) noexcept {
     if (this != &o) {
@@ -48,27 +55,56 @@ void KvStore::release() {
     ctx_ = nullptr;
 }
 
-void KvStore::allocate(const std::vector<int64_t> & capacities) {
+void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
+    KVLAB_ASSERT(capacities.size() == layers_.size(), "one capacity list per layer");
     ggml_init_params params = {2 * capacities.size() * ggml_tensor_overhead(), nullptr, true};
     ctx_ = ggml_init(params);
     if (!ctx_) throw Error("cache", "could not create the KV tensor context");
     for (size_t il = 0; il < layers_.size(); ++il) {
-        const int64_t cap = std::max<int64_t>(1, capacities[il]);
-        layers_[il].capacity = cap;
-        layers_[il].k = ggml_new_tensor_3d(ctx_, GGML_TYPE_F16, head_dim_, cap, n_head_kv_);
-        layers_[il].v = ggml_new_tensor_3d(ctx_, GGML_TYPE_F16, head_dim_, cap, n_head_kv_);
-        ggml_format_name(layers_[il].k, "cache_k_l%zu", il);
-        ggml_format_name(layers_[il].v, "cache_v_l%zu", il);
+        Layer & l = layers_[il];
+        KVLAB_ASSERT(int32_t(capacities[il].size()) == n_head_kv_, "one capacity per KV head");
+        l.cap.assign(n_head_kv_, 0);
+        l.off.assign(n_head_kv_, 0);
+        int64_t rows = 0;
+        for (int h = 0; h < n_head_kv_; ++h) {
+            l.cap[h] = std::max<int64_t>(1, capacities[il][h]);
+            l.off[h] = rows;
+            rows += l.cap[h];
+        }
+        l.k = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, head_dim_, rows);
+        l.v = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, head_dim_, rows);
+        ggml_format_name(l.k, "cache_k_l%zu", il);
+        ggml_format_name(l.v, "cache_v_l%zu", il);
     }
     buffer_ = ggml_backend_alloc_ctx_tensors(ctx_, backend_);
     if (!buffer_) throw Error("cache", "could not allocate " + std::to_string(bytes()) + " bytes of KV cache");
     ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
 }
 
+std::vector<std::vector<int64_t>> KvStore::capacities() const {
+    std::vector<std::vector<int64_t>> caps;
+    for (const auto & l : layers_) caps.push_back(l.cap);
+    return caps;
+}
+
 int64_t KvStore::max_rows(int il) const {
     int64_t n = 0;
     for (const auto & p : layers_[il].pos) n = std::max<int64_t>(n, int64_t(p.size()));
     return n;
+}
+
+int64_t KvStore::total_rows() const {
+    int64_t n = 0;
+    for (const auto & l : layers_)
+        for (const auto & p : l.pos) n += int64_t(p.size());
+    return n;
+}
+
+bool KvStore::layer_uniform(int il) const {
+    const Layer & l = layers_[il];
+    for (int h = 1; h < n_head_kv_; ++h)
+        if (l.cap[h] != l.cap[0] || l.pos[h] != l.pos[0]) return false;
+    return true;
 }
 
 bool KvStore::uniform() const {
@@ -80,49 +116,58 @@ bool KvStore::uniform() const {
 }
 
 namespace {
-// Copies the first n rows of every head segment of src into dst (same head_dim / heads).
-void copy_rows(ggml_tensor * dst, const ggml_tensor * src, int64_t n) {
-    KVLAB_ASSERT(n <= dst->ne[1] && n <= src->ne[1], "copy fits");
-    for (int64_t h = 0; h < src->ne[2]; ++h) {
-        const size_t bytes = size_t(n) * src->nb[1];
-        if (bytes == 0) continue;
-        std::vector<uint8_t> tmp(bytes);
-        ggml_backend_tensor_get(src, tmp.data(), h * src->nb[2], bytes);
-        ggml_backend_tensor_set(dst, tmp.data(), h * dst->nb[2], bytes);
-    }
+
+// Copies rows [0, n) of segment (src_off) of src into segment (dst_off) of dst.
+void copy_segment(ggml_tensor * dst, int64_t dst_off, const ggml_tensor * src, int64_t src_off, int64_t n,
+                  std::vector<uint8_t> & tmp) {
+    const size_t bytes = size_t(n) * src->nb[1];
+    if (bytes == 0) return;
+    tmp.resize(bytes);
+    ggml_backend_tensor_get(src, tmp.data(), src_off * src->nb[1], bytes);
+    ggml_backend_tensor_set(dst, tmp.data(), dst_off * dst->nb[1], bytes);
 }
+
 }  // namespace
 
 KvStore KvStore::copy() const {
-    std::vector<int64_t> caps;
-    for (const auto & l : layers_) caps.push_back(l.capacity);
-    KvStore out(hp_, backend_, caps);
+    KvStore out(hp_, backend_, capacities());
     out.next_pos_ = next_pos_;
+    std::vector<uint8_t> tmp;
     for (size_t il = 0; il < layers_.size(); ++il) {
-        const int64_t n = max_rows(int(il));
-        copy_rows(out.layers_[il].k, layers_[il].k, n);
-        copy_rows(out.layers_[il].v, layers_[il].v, n);
-        out.layers_[il].pos = layers_[il].pos;
+        const Layer & l = layers_[il];
+        Layer & o = out.layers_[il];
+        for (int h = 0; h < n_head_kv_; ++h) {
+            copy_segment(o.k, o.off[h], l.k, l.off[h], n_rows(int(il), h), tmp);
+            copy_segment(o.v, o.off[h], l.v, l.off[h], n_rows(int(il), h), tmp);
+        }
+        o.pos = l.pos;
     }
     return out;
 }
 
 void KvStore::reserve(int64_t n_more) {
     bool grow = false;
-    std::vector<int64_t> caps;
-    for (size_t il = 0; il < layers_.size(); ++il) {
-        const int64_t need = max_rows(int(il)) + n_more;
-        const int64_t cap = layers_[il].capacity;
-        caps.push_back(need <= cap ? cap : std::max(need, cap + cap / 2));
-        grow |= need > cap;
-    }
+    std::vector<std::vector<int64_t>> caps = capacities();
+    for (size_t il = 0; il < layers_.size(); ++il)
+        for (int h = 0; h < n_head_kv_; ++h) {
+            const int64_t need = n_rows(int(il), h) + n_more;
+            int64_t & cap = caps[il][h];
+            if (need > cap) {
+                cap = std::max(need, cap + cap / 2);
+                grow = true;
+            }
+        }
     if (!grow) return;
     KvStore bigger(hp_, backend_, caps);
+    std::vector<uint8_t> tmp;
     for (size_t il = 0; il < layers_.size(); ++il) {
-        const int64_t n = max_rows(int(il));
-        copy_rows(bigger.layers_[il].k, layers_[il].k, n);
-        copy_rows(bigger.layers_[il].v, layers_[il].v, n);
-        bigger.layers_[il].pos = std::move(layers_[il].pos);
+        Layer & l = layers_[il];
+        Layer & b = bigger.layers_[il];
+        for (int h = 0; h < n_head_kv_; ++h) {
+            copy_segment(b.k, b.off[h], l.k, l.off[h], n_rows(int(il), h), tmp);
+            copy_segment(b.v, b.off[h], l.v, l.off[h], n_rows(int(il), h), tmp);
+        }
+        b.pos = std::move(l.pos);
     }
     bigger.next_pos_ = next_pos_;
     *this = std::move(bigger);
@@ -130,26 +175,99 @@ void KvStore::reserve(int64_t n_more) {
 
 void KvStore::commit(int64_t n) {
     for (auto & l : layers_)
-        for (auto & p : l.pos) {
-            KVLAB_ASSERT(int64_t(p.size()) + n <= l.capacity, "commit within capacity");
+        for (int h = 0; h < n_head_kv_; ++h) {
+            auto & p = l.pos[h];
+            KVLAB_ASSERT(int64_t(p.size()) + n <= l.cap[h], "commit within capacity");
             for (int64_t i = 0; i < n; ++i) p.push_back(next_pos_ + int32_t(i));
         }
     next_pos_ += int32_t(n);
 }
 
-uint64_t KvStore::row_bytes() const { return 2 * uint64_t(head_dim_) * ggml_type_size(GGML_TYPE_F16); }
+void KvStore::rollback(int64_t n) {
+    for (auto & l : layers_)
+        for (auto & p : l.pos) {
+            KVLAB_ASSERT(int64_t(p.size()) >= n, "rollback of committed rows");
+            p.resize(p.size() - size_t(n));
+        }
+    next_pos_ -= int32_t(n);
+}
+
+void KvStore::compact(const KeepPlan & keep, int64_t reserve) {
+    if (keep.size() != layers_.size()) throw Error("cache", "a compaction plan needs one entry per layer");
+    if (reserve < 0) throw Error("cache", "the reserve cannot be negative");
+    std::vector<std::vector<int64_t>> caps(layers_.size(), std::vector<int64_t>(n_head_kv_));
+    for (size_t il = 0; il < layers_.size(); ++il) {
+        if (int32_t(keep[il].size()) != n_head_kv_)
+            throw Error("cache", "a compaction plan needs one entry per KV head (layer " + std::to_string(il) + ")");
+        for (int h = 0; h < n_head_kv_; ++h) {
+            const auto & rows = keep[il][h];
+            for (size_t i = 0; i < rows.size(); ++i) {
+                if (rows[i] < 0 || rows[i] >= n_rows(int(il), h) || (i > 0 && rows[i] <= rows[i - 1]))
+                    throw Error("cache", "compaction plan for layer " + std::to_string(il) + " head " +
+                                             std::to_string(h) + " is not ascending unique rows in range");
+            }
+            caps[il][h] = int64_t(rows.size()) + reserve;
+        }
+    }
+    KvStore out(hp_, backend_, caps);
+    out.next_pos_ = next_pos_;
+    const size_t row = size_t(head_dim_) * ggml_type_size(GGML_TYPE_F16);
+    std::vector<uint8_t> src, dst;
+    for (size_t il = 0; il < layers_.size(); ++il) {
+        const Layer & l = layers_[il];
+        Layer & o = out.layers_[il];
+        for (int h = 0; h < n_head_kv_; ++h) {
+            const auto & rows = keep[il][h];
+            const int64_t n = n_rows(int(il), h);
+            for (int kv = 0; kv < 2; ++kv) {
+                ggml_tensor * s = kv == 0 ? l.k : l.v;
+                ggml_tensor * d = kv == 0 ? o.k : o.v;
+                src.resize(size_t(n) * row);
+                if (n > 0) ggml_backend_tensor_get(s, src.data(), l.off[h] * row, src.size());
+                dst.resize(rows.size() * row);
+                for (size_t i = 0; i < rows.size(); ++i)
+                    std::memcpy(dst.data() + i * row, src.data() + rows[i] * row, row);
+                if (!dst.empty()) ggml_backend_tensor_set(d, dst.data(), o.off[h] * row, dst.size());
+            }
+            o.pos[h].resize(rows.size());
+            for (size_t i = 0; i < rows.size(); ++i) o.pos[h][i] = l.pos[h][rows[i]];
+        }
+    }
+    *this = std::move(out);
+}
+
+namespace {
+std::vector<float> read_rows(const ggml_tensor * t, int64_t off, int64_t n, int64_t dim) {
+    std::vector<ggml_fp16_t> h(size_t(n * dim));
+    if (n > 0) ggml_backend_tensor_get(t, h.data(), off * t->nb[1], h.size() * sizeof(ggml_fp16_t));
+    std::vector<float> out(h.size());
+    ggml_fp16_to_fp32_row(h.data(), out.data(), int64_t(h.size()));
+    return out;
+}
+}  // namespace
+
+std::vector<float> KvStore::read_k(int il, int h) const {
+    return read_rows(layers_[il].k, layers_[il].off[h], n_rows(il, h), head_dim_);
+}
+
+std::vector<float> KvStore::read_v(int il, int h) const {
+    return read_rows(layers_[il].v, layers_[il].off[h], n_rows(il, h), head_dim_);
+}
+
+uint64_t KvStore::row_bytes() const {
+    return 2 * uint64_t(head_dim_) * ggml_type_size(GGML_TYPE_F16);
+}
 
 uint64_t KvStore::bytes() const {
+    // the backend buffer as allocated (tensor alignment padding included)
+    if (buffer_) return ggml_backend_buffer_get_size(buffer_);
     uint64_t b = 0;
     for (const auto & l : layers_) b += ggml_nbytes(l.k) + ggml_nbytes(l.v);
     return b;
 }
 
 uint64_t KvStore::used_bytes() const {
-    uint64_t rows = 0;
-    for (const auto & l : layers_)
-        for (const auto & p : l.pos) rows += p.size();
-    return rows * row_bytes();
+    return uint64_t(total_rows()) * row_bytes();
 }
 
 }  // namespace kvlab

@@ -1,0 +1,243 @@
+// Built with -ffast-math (CMakeLists.txt) so that the exp loops vectorise; nothing here
+// relies on infinities or NaNs: the running max starts at a finite sentinel.
+#include "engine/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "kvlab/error.h"
+#define KVLAB_ATTN_CHECK(c) KVLAB_ASSERT(c, "attention: GQA group larger than 16")
+
+namespace kvlab::attn {
+
+namespace {
+
+constexpr float k_no_max = -3.0e38f;  // running max before any row
+constexpr int k_lanes = 16;           // floats per vector
+constexpr int k_block = 64;           // key rows scored per block (k_kv vectors of keys)
+constexpr int k_kv = k_block / k_lanes;
+constexpr int k_tile = 16;  // query rows per work unit
+constexpr int k_mq = 4;     // query vectors per micro-tile
+
+// GCC/Clang vector extension: AVX-512 with -march=native on such CPUs, pairs of AVX2
+// registers elsewhere. Operations between a vector and a scalar broadcast the scalar.
+typedef float v16 __attribute__((vector_size(k_lanes * sizeof(float))));
+
+void to_f32(const ggml_fp16_t * x, float * y, int n) {
+    int i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + i))));
+#endif
+    for (; i < n; ++i) y[i] = ggml_fp16_to_fp32(x[i]);
+}
+
+float sum_block(const v16 * p) {  // fixed summation tree over the k_block lanes
+    v16 t = (p[0] + p[1]) + (p[2] + p[3]);
+    float s[k_lanes];
+    std::memcpy(s, &t, sizeof(s));
+    for (int w = k_lanes / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; ++i) s[i] += s[i + w];
+    return s[0];
+}
+
+// Per-thread scratch: one block of K transposed to [head_dim][k_block] and of V as
+// [k_block][head_dim rounded up to vectors], float32, zero beyond the rows present; the
+// running state of the unit's query vectors.
+struct Scratch {
+    std::vector<v16> kt, vb, acc;
+    std::vector<float> m, l;
+    std::vector<float> row;
+};
+
+}  // namespace
+
+int32_t Problem::n_chunks() const {
+    int64_t rows = 1;
+    for (const Segment & sg : seg) rows = std::max(rows, sg.n);
+    return int32_t((rows + chunk_rows - 1) / chunk_rows);
+}
+
+// A work unit is (tile of query rows, KV head, chunk of key rows). Each 64-row block of
+// the chunk is converted to float32 once and reused by all the unit's query vectors
+// (its rows times the heads of the GQA group), four at a time. The arithmetic of one
+// query vector is a fixed sequence of vector operations over its own key rows: scores
+// are FMA chains over d in order, masked lanes never reach the output, the block sums
+// follow a fixed tree. Hence the result of a query row never depends on which rows
+// share its unit, on the chunk size of the prefill or on the thread count.
+void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
+             int nth) {
+    const int d = p.head_dim;
+    const int dv = (d + k_lanes - 1) / k_lanes;  // vectors per V row
+    const int group = p.n_head / p.n_head_kv;
+    const int32_t n_chunks = p.n_chunks();
+    const int64_t n_tiles = (p.n_q + k_tile - 1) / k_tile;
+    const int64_t n_units = n_tiles * p.n_head_kv * n_chunks;
+    const int64_t chunk_stride = int64_t(p.n_q) * p.n_head * (d + 2);
+    const int max_vecs = k_tile * group;
+
+    thread_local Scratch sc;
+    sc.kt.assign(size_t(d) * k_kv, v16{});
+    sc.vb.assign(size_t(k_block) * dv, v16{});
+    sc.acc.resize(size_t(max_vecs) * dv);
+    sc.m.resize(max_vecs);
+    sc.l.resize(max_vecs);
+    sc.row.resize(size_t(dv) * k_lanes);
+    int64_t visible[k_tile * 16];
+    const float * qv[k_tile * 16];
+    int active[k_tile * 16];
+    KVLAB_ATTN_CHECK(max_vecs <= k_tile * 16);
+
+    for (int64_t u = ith; u < n_units; u += nth) {
+        const int32_t c = int32_t(u % n_chunks);
+        const int32_t g = int32_t((u / n_chunks) % p.n_head_kv);
+        const int64_t i0 = (u / (int64_t(n_chunks) * p.n_head_kv)) * k_tile;
+        const int64_t i1 = std::min<int64_t>(p.n_q, i0 + k_tile);
+        const Segment & sg = p.seg[g];
+        const int64_t r0 = std::min(sg.n, c * p.chunk_rows);
+        int64_t r_end = r0;
+        int nv = 0;  // query vectors of the unit: (row i, head qh) in row-major order
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t vis = std::upper_bound(sg.pos, sg.pos + sg.n, p.q_pos[i]) - sg.pos;
+            const int64_t lim = std::max(r0, std::min(vis, (c + 1) * p.chunk_rows));
+            r_end = std::max(r_end, lim);
+            for (int qh = g * group; qh < (g + 1) * group; ++qh, ++nv) {
+                visible[nv] = lim;
+                qv[nv] = q + i * q_row_stride + qh * q_head_stride;
+                std::fill(&sc.acc[size_t(nv) * dv], &sc.acc[size_t(nv + 1) * dv], v16{});
+                sc.m[nv] = k_no_max;
+                sc.l[nv] = 0.0f;
+            }
+        }
+        for (int64_t b = r0; b < r_end; b += k_block) {
+            const int nr = int(std::min<int64_t>(k_block, r_end - b));
+            float * kt = reinterpret_cast<float *>(sc.kt.data());  // [d][k_block]
+            float * vb = reinterpret_cast<float *>(sc.vb.data());  // [k_block][dv * k_lanes]
+            for (int j = 0; j < k_block; ++j) {
+                if (j < nr) {
+                    to_f32(sg.k + (b + j) * d, sc.row.data(), d);
+                    for (int e = 0; e < d; ++e) kt[e * k_block + j] = sc.row[e];
+                    to_f32(sg.v + (b + j) * d, vb + size_t(j) * dv * k_lanes, d);
+                } else {
+                    for (int e = 0; e < d; ++e) kt[e * k_block + j] = 0.0f;
+                    std::fill(vb + size_t(j) * dv * k_lanes, vb + size_t(j + 1) * dv * k_lanes, 0.0f);
+                }
+            }
+            int na = 0;
+            for (int t = 0; t < nv; ++t)
+                if (visible[t] > b) active[na++] = t;
+            for (int a0 = 0; a0 < na; a0 += k_mq) {
+                const int mq = std::min(k_mq, na - a0);
+                v16 s[k_mq][k_kv] = {};
+                for (int e = 0; e < d; ++e) {
+                    const v16 * kr = &sc.kt[size_t(e) * k_kv];
+                    for (int x = 0; x < mq; ++x) {
+                        const float qe = qv[active[a0 + x]][e];
+                        for (int y = 0; y < k_kv; ++y) s[x][y] += qe * kr[y];
+                    }
+                }
+                int nb_max = 0;
+                for (int x = 0; x < mq; ++x) {
+                    const int t = active[a0 + x];
+                    const int nb = int(std::min<int64_t>(k_block, visible[t] - b));
+                    nb_max = std::max(nb_max, nb);
+                    float * sx = reinterpret_cast<float *>(s[x]);
+                    float mb = k_no_max;
+                    for (int j = 0; j < k_block; ++j) {
+                        sx[j] = j < nb ? sx[j] * p.scale : k_no_max;
+                        mb = std::max(mb, sx[j]);
+                    }
+                    v16 * acc = &sc.acc[size_t(t) * dv];
+                    if (mb > sc.m[t]) {
+                        const float f = std::exp(sc.m[t] - mb);
+                        sc.l[t] *= f;
+                        for (int w = 0; w < dv; ++w) acc[w] *= f;
+                        sc.m[t] = mb;
+                    }
+                    const float mt = sc.m[t];
+                    for (int j = 0; j < k_block; ++j) sx[j] = std::exp(sx[j] - mt);
+                    for (int j = nb; j < k_block; ++j) sx[j] = 0.0f;
+                    sc.l[t] += sum_block(s[x]);
+                }
+                const v16 * vrows = sc.vb.data();
+                for (int j = 0; j < nb_max; ++j) {
+                    const v16 * vr = vrows + size_t(j) * dv;
+                    for (int x = 0; x < mq; ++x) {
+                        const float w = reinterpret_cast<const float *>(s[x])[j];
+                        v16 * acc = &sc.acc[size_t(active[a0 + x]) * dv];
+                        for (int y = 0; y < dv; ++y) acc[y] += w * vr[y];
+                    }
+                }
+            }
+        }
+        int t = 0;
+        for (int64_t i = i0; i < i1; ++i)
+            for (int qh = g * group; qh < (g + 1) * group; ++qh, ++t) {
+                float * o = partial + c * chunk_stride + (i * p.n_head + qh) * (d + 2);
+                std::memcpy(o, &sc.acc[size_t(t) * dv], size_t(d) * sizeof(float));
+                o[d] = sc.m[t];
+                o[d + 1] = sc.l[t];
+            }
+    }
+}
+
+void merge(const Problem & p, const float * partial, float * out, int ith, int nth) {
+    const int d = p.head_dim;
+    const int64_t n_rows = int64_t(p.n_q) * p.n_head;
+    const int64_t split_stride = n_rows * (d + 2);
+    const int32_t n_chunks = p.n_chunks();
+    for (int64_t r = ith; r < n_rows; r += nth) {
+        float m = k_no_max;
+        for (int s = 0; s < n_chunks; ++s) {
+            const float * ps = partial + s * split_stride + r * (d + 2);
+            if (ps[d + 1] > 0.0f) m = std::max(m, ps[d]);
+        }
+        float * o = out + r * d;
+        std::fill(o, o + d, 0.0f);
+        float l = 0.0f;
+        for (int s = 0; s < n_chunks; ++s) {
+            const float * ps = partial + s * split_stride + r * (d + 2);
+            if (ps[d + 1] <= 0.0f) continue;
+            const float f = std::exp(ps[d] - m);
+            l += f * ps[d + 1];
+            for (int j = 0; j < d; ++j) o[j] += f * ps[j];
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int j = 0; j < d; ++j) o[j] *= inv;
+    }
+}
+
+namespace {
+
+void op_compute(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const Problem & p = *static_cast<const Problem *>(userdata);
+    const ggml_tensor * q = dst->src[0];
+    compute(p, static_cast<const float *>(q->data), int64_t(q->nb[1] / sizeof(float)),
+            int64_t(q->nb[2] / sizeof(float)), static_cast<float *>(dst->data), ith, nth);
+}
+
+void op_merge(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const Problem & p = *static_cast<const Problem *>(userdata);
+    merge(p, static_cast<const float *>(dst->src[0]->data), static_cast<float *>(dst->data), ith, nth);
+}
+
+}  // namespace
+
+ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, const std::vector<ggml_tensor *> & deps) {
+    GGML_ASSERT(q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float));
+    std::vector<ggml_tensor *> args = {q};
+    for (ggml_tensor * t : deps)
+        if (args.size() < GGML_MAX_SRC) args.push_back(t);
+    void * ud = const_cast<Problem *>(p);
+    ggml_tensor * part = ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim + 2, p->n_head, p->n_q, p->n_chunks(),
+                                        args.data(), int(args.size()), op_compute, GGML_N_TASKS_MAX, ud);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim, p->n_head, p->n_q, 1, &part, 1, op_merge, GGML_N_TASKS_MAX,
+                          ud);
+}
+
+}  // namespace kvlab::attn

@@ -1,0 +1,52 @@
+// kvlab's own CPU attention over KV-store segments of any shape: every KV head reads
+// its own rows (own length, own positions), so layers and heads may differ in length
+// and nothing is padded. Float32 throughout (Q, scores, softmax, V accumulation);
+// ggml's CPU flash attention rounds Q to F16 and accumulates V in F16 below 64 query
+// rows, which makes small chunks and decode drift from large ones.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ggml.h"
+
+namespace kvlab::attn {
+
+// One KV head's rows: K and V F16 [n][head_dim], positions ascending.
+struct Segment {
+    const ggml_fp16_t * k = nullptr;
+    const ggml_fp16_t * v = nullptr;
+    const int32_t * pos = nullptr;
+    int64_t n = 0;
+};
+
+struct Problem {
+    int32_t n_q = 0;  // query rows
+    int32_t n_head = 0;
+    int32_t n_head_kv = 0;
+    int32_t head_dim = 0;
+    float scale = 1.0f;
+    const int32_t * q_pos = nullptr;  // [n_q] absolute positions; a query sees rows with pos <= its own
+    std::vector<Segment> seg;         // [n_head_kv]
+    // Rows are taken in fixed chunks of chunk_rows (chunk c = rows [c*chunk_rows, (c+1)*chunk_rows)),
+    // each chunk's partial result merged in chunk order: the arithmetic of every output
+    // depends on nothing but its own rows, never on the number of queries or threads, so
+    // prefill in chunks of any size and decode give bit-identical attention.
+    int64_t chunk_rows = 512;
+    int32_t n_chunks() const;  // over the longest segment
+};
+
+// Computes the partial results of the work units (query row, head, chunk) assigned to
+// thread ith of nth. q: F32, element (d, head, row) at q[row * q_row_stride + head *
+// q_head_stride + d]. partial: F32 [n_chunks][n_q][n_head][head_dim + 2] (unnormalised
+// output, running max, running sum); merge() turns it into F32 [n_q][n_head][head_dim].
+void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
+             int nth);
+void merge(const Problem & p, const float * partial, float * out, int ith, int nth);
+
+// Adds the attention to a graph: q F32 [head_dim, n_head, n_q]; deps are nodes that must
+// run first (the writes of the new rows). Returns F32 [head_dim, n_head, n_q]. The
+// problem must outlive the graph's computation.
+ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, const std::vector<ggml_tensor *> & deps);
+
+}  // namespace kvlab::attn
