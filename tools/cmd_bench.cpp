@@ -18,6 +18,7 @@ struct BenchArgs {
     std::string model;
     std::vector<int> contexts = {512, 4096};
     int reps = 5, n_decode = 32, threads = default_threads(), chunk = 512;
+    std::string attention = "kvlab";
     bool json = false;
 };
 
@@ -33,12 +34,11 @@ int run_bench(const BenchArgs & a) {
     if (max_ctx + a.n_decode > l.model->hparams().n_ctx_train)
         throw Error("bench", "context " + std::to_string(max_ctx) + " + decode exceeds the model's " +
                                  std::to_string(l.model->hparams().n_ctx_train) + " tokens");
-    Engine engine(*l.model, EngineOptions{a.chunk});
+    Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
     LlamaRef ref(l.path, a.threads, max_ctx + a.n_decode + 16, a.chunk);
     std::mt19937 rng(1234);
     nlohmann::json results = nlohmann::json::array();
-    if (!a.json)
-        std::printf("%-8s %-22s %12s %12s %8s\n", "context", "measure", "kvlab", "llama.cpp", "ratio");
+    if (!a.json) std::printf("%-8s %-22s %12s %12s %8s\n", "context", "measure", "kvlab", "llama.cpp", "ratio");
     for (int n_ctx : a.contexts) {
         // real token ids drawn from the vocabulary (speed does not depend on the text)
         std::vector<int32_t> toks(n_ctx);
@@ -65,10 +65,20 @@ int run_bench(const BenchArgs & a) {
         }
         if (!a.json) std::fprintf(stderr, "\n");
         const double mkp = median(kp), mrp = median(rp), mkd = median(kd), mrd = median(rd);
-        results.push_back({{"context", n_ctx}, {"measure", "prefill_tokens_per_s"}, {"kvlab", mkp}, {"llama_cpp", mrp},
-                           {"ratio", mkp / mrp}, {"kvlab_reps", kp}, {"llama_cpp_reps", rp}});
-        results.push_back({{"context", n_ctx}, {"measure", "decode_tokens_per_s"}, {"kvlab", mkd}, {"llama_cpp", mrd},
-                           {"ratio", mkd / mrd}, {"kvlab_reps", kd}, {"llama_cpp_reps", rd}});
+        results.push_back({{"context", n_ctx},
+                           {"measure", "prefill_tokens_per_s"},
+                           {"kvlab", mkp},
+                           {"llama_cpp", mrp},
+                           {"ratio", mkp / mrp},
+                           {"kvlab_reps", kp},
+                           {"llama_cpp_reps", rp}});
+        results.push_back({{"context", n_ctx},
+                           {"measure", "decode_tokens_per_s"},
+                           {"kvlab", mkd},
+                           {"llama_cpp", mrd},
+                           {"ratio", mkd / mrd},
+                           {"kvlab_reps", kd},
+                           {"llama_cpp_reps", rd}});
         if (!a.json) {
             std::printf("%-8d %-22s %12.1f %12.1f %8.3f\n", n_ctx, "prefill tok/s", mkp, mrp, mkp / mrp);
             std::printf("%-8d %-22s %12.1f %12.1f %8.3f\n", n_ctx, "decode tok/s", mkd, mrd, mkd / mrd);
@@ -77,9 +87,14 @@ int run_bench(const BenchArgs & a) {
     }
     if (a.json) {
         nlohmann::json j = {{"results", results},
-                            {"params", {{"reps", a.reps}, {"n_decode", a.n_decode}, {"threads", a.threads},
-                                        {"chunk_size", a.chunk}, {"statistic", "median"},
-                                        {"llama_cpp_flash_attn", true}}},
+                            {"params",
+                             {{"reps", a.reps},
+                              {"n_decode", a.n_decode},
+                              {"threads", a.threads},
+                              {"chunk_size", a.chunk},
+                              {"attention", a.attention},
+                              {"statistic", "median"},
+                              {"llama_cpp_flash_attn", true}}},
                             {"provenance", provenance(*l.model, *l.tok)}};
         std::printf("%s\n", j.dump(2).c_str());
     }
@@ -91,11 +106,26 @@ void add_bench_command(CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand("bench", "Benchmark kvlab against libllama side by side: prefill and decode speed");
     auto a = std::make_shared<BenchArgs>();
     cmd->add_option("MODEL", a->model, "short name or .gguf path")->required();
-    cmd->add_option("--contexts", a->contexts, "context lengths in tokens")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--reps", a->reps, "repetitions (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--decode", a->n_decode, "tokens decoded on top of each context")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--threads", a->threads, "CPU threads for both engines")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--chunk", a->chunk, "prefill chunk (ubatch) size for both engines")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--contexts", a->contexts, "context lengths in tokens")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--reps", a->reps, "repetitions (the median is reported)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--decode", a->n_decode, "tokens decoded on top of each context")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--threads", a->threads, "CPU threads for both engines")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--chunk", a->chunk, "prefill chunk (ubatch) size for both engines")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--attention", a->attention,
+                    "attention kernel: kvlab (float32 on any cache shape, chunk-size invariant) or ggml "
+                    "(ggml's flash attention where a layer's heads are uniform: libllama's exact arithmetic)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"kvlab", "ggml"}));
     cmd->add_flag("--json", a->json, "print the results, every repetition and the provenance as JSON");
     cmd->callback([&rc, a] { rc = run_bench(*a); });
 }

@@ -13,6 +13,7 @@ namespace {
 struct GenerateArgs {
     std::string model, prompt, prompt_file, chat;
     int max_tokens = 128, top_k = 0, threads = default_threads(), logprobs = 0, chunk = 512;
+    std::string attention = "kvlab";
     float temp = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
     bool json = false, no_stop = false;
@@ -21,15 +22,18 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs & a) {
     Loaded l = load(a.model, a.threads);
     std::vector<int32_t> prompt;
-    if (!a.chat.empty()) prompt = l.tok->chat({{"user", a.chat}});
-    else if (!a.prompt_file.empty()) prompt = l.tok->encode(read_file(a.prompt_file));
-    else prompt = l.tok->encode(a.prompt);
+    if (!a.chat.empty())
+        prompt = l.tok->chat({{"user", a.chat}});
+    else if (!a.prompt_file.empty())
+        prompt = l.tok->encode(read_file(a.prompt_file));
+    else
+        prompt = l.tok->encode(a.prompt);
     const int64_t n_ctx = l.model->hparams().n_ctx_train;
     if (int64_t(prompt.size()) >= n_ctx)
         throw Error("generate", "the prompt has " + std::to_string(prompt.size()) +
                                     " tokens, more than the model's context of " + std::to_string(n_ctx) + " allows");
 
-    Engine engine(*l.model, EngineOptions{a.chunk});
+    Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
     KvStore cache = engine.new_cache(std::min<int64_t>(n_ctx, int64_t(prompt.size()) + a.max_tokens));
     GenerateOptions go;
     go.max_tokens = a.max_tokens;
@@ -37,7 +41,8 @@ int run_generate(const GenerateArgs & a) {
     go.eog_ids = l.tok->eog_ids();
     go.sampling = {a.temp, a.top_k, a.top_p, a.seed};
     go.n_logprobs = a.logprobs;
-    if (!a.json) std::fprintf(stderr, "[generate] %zu prompt tokens, up to %d new tokens\n", prompt.size(), a.max_tokens);
+    if (!a.json)
+        std::fprintf(stderr, "[generate] %zu prompt tokens, up to %d new tokens\n", prompt.size(), a.max_tokens);
     reset_peak_rss();
     GenerateResult r = engine.generate(cache, prompt, go, [&](int32_t t) {
         if (!a.json) {
@@ -57,7 +62,8 @@ int run_generate(const GenerateArgs & a) {
             auto & lp = j["logprobs"] = nlohmann::json::array();
             for (const auto & t : r.logprobs) {
                 nlohmann::json top = nlohmann::json::array();
-                for (const auto & [id, v] : t.top) top.push_back({{"token", id}, {"piece", l.tok->piece(id)}, {"logprob", v}});
+                for (const auto & [id, v] : t.top)
+                    top.push_back({{"token", id}, {"piece", l.tok->piece(id)}, {"logprob", v}});
                 lp.push_back({{"token", t.token}, {"logprob", t.logprob}, {"top", top}});
             }
         }
@@ -69,8 +75,9 @@ int run_generate(const GenerateArgs & a) {
                         {"decode_tokens", r.n_decoded},
                         {"decode_tokens_per_s", r.decode_tokens_per_second()}};
         j["memory"] = memory_json(*l.model, &cache, &engine);
-        j["params"] = {{"max_tokens", a.max_tokens}, {"temp", a.temp}, {"top_k", a.top_k}, {"top_p", a.top_p},
-                       {"seed", a.seed}, {"chunk_size", a.chunk}, {"stop_on_eog", !a.no_stop}};
+        j["params"] = {{"max_tokens", a.max_tokens}, {"temp", a.temp},           {"top_k", a.top_k},
+                       {"top_p", a.top_p},           {"seed", a.seed},           {"chunk_size", a.chunk},
+                       {"attention", a.attention},   {"stop_on_eog", !a.no_stop}};
         j["provenance"] = provenance(*l.model, *l.tok);
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
@@ -100,14 +107,30 @@ void add_generate_command(CLI::App & app, int & rc) {
     g->add_option("--prompt-file", a->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
     g->add_option("--chat", a->chat, "a user message, wrapped in the model's chat template");
     g->require_option(1);
-    cmd->add_option("--max-tokens", a->max_tokens, "most tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--temp", a->temp, "sampling temperature; 0 is greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-k", a->top_k, "keep the k most likely tokens; 0 keeps all")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-p", a->top_p, "nucleus sampling mass; 1 keeps all")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+    cmd->add_option("--max-tokens", a->max_tokens, "most tokens to generate")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--temp", a->temp, "sampling temperature; 0 is greedy")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-k", a->top_k, "keep the k most likely tokens; 0 keeps all")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-p", a->top_p, "nucleus sampling mass; 1 keeps all")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0f, 1.0f));
     cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
     cmd->add_option("--threads", a->threads, "CPU threads")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--chunk", a->chunk, "prefill chunk size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--logprobs", a->logprobs, "with --json: top-K log-probabilities at each generated position")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--chunk", a->chunk, "prefill chunk size in tokens")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--attention", a->attention,
+                    "attention kernel: kvlab (float32 on any cache shape, chunk-size invariant) or ggml "
+                    "(ggml's flash attention where a layer's heads are uniform: libllama's exact arithmetic)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"kvlab", "ggml"}));
+    cmd->add_option("--logprobs", a->logprobs, "with --json: top-K log-probabilities at each generated position")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");
     cmd->add_flag("--json", a->json, "print one JSON object: text, token ids, timings, memory, provenance");
     cmd->callback([&rc, a] { rc = run_generate(*a); });
