@@ -35,5 +35,7 @@ void add_info_command(CLI::App & app, int & rc);
 void add_generate_command(CLI::App & app, int & rc);
 void add_bench_command(CLI::App & app, int & rc);
 void add_models_command(CLI::App & app, int & rc);
+void add_methods_command(CLI::App & app, int & rc);
+void add_ask_command(CLI::App & app, int & rc);
 
 }  // namespace kvlab::cli

@@ -17,6 +17,8 @@ int main(int argc, char ** argv) {
     kvlab::cli::add_generate_command(app, rc);
     kvlab::cli::add_bench_command(app, rc);
     kvlab::cli::add_models_command(app, rc);
+    kvlab::cli::add_methods_command(app, rc);
+    kvlab::cli::add_ask_command(app, rc);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {

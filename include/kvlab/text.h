@@ -38,6 +38,15 @@ public:
     bool has_chat_template() const { return !chat_template_.empty(); }
     const std::string & chat_template() const { return chat_template_; }
 
+    // A question about a long context, split so that the context's tokens are a prefix
+    // every question shares (its KV cache is computed once and reused): with a chat
+    // template, one user turn "CONTEXT\n\nQuestion: QUESTION" with the assistant turn
+    // opened; without, "CONTEXT\n\nQuestion: QUESTION\nAnswer:".
+    struct SplitPrompt {
+        std::vector<int32_t> context, query;
+    };
+    SplitPrompt context_prompt(const std::string & context, const std::string & question) const;
+
     int32_t n_vocab() const;
     int32_t bos() const;
     int32_t eos() const;

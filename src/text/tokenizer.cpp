@@ -37,8 +37,8 @@ std::vector<int32_t> Tokenizer::encode(const std::string & text, bool add_specia
 
 std::string Tokenizer::decode(const std::vector<int32_t> & tokens) const {
     std::string out(tokens.size() * 8 + 16, '\0');
-    int32_t n = llama_detokenize(vocab_, tokens.data(), int32_t(tokens.size()), out.data(), int32_t(out.size()), false,
-                                 false);
+    int32_t n =
+        llama_detokenize(vocab_, tokens.data(), int32_t(tokens.size()), out.data(), int32_t(out.size()), false, false);
     if (n < 0) {
         out.resize(size_t(-n));
         n = llama_detokenize(vocab_, tokens.data(), int32_t(tokens.size()), out.data(), int32_t(out.size()), false,
@@ -85,12 +85,43 @@ std::vector<int32_t> Tokenizer::chat(const std::vector<ChatMessage> & messages) 
     return toks;
 }
 
-int32_t Tokenizer::n_vocab() const { return llama_vocab_n_tokens(vocab_); }
-int32_t Tokenizer::bos() const { return llama_vocab_bos(vocab_); }
-int32_t Tokenizer::eos() const { return llama_vocab_eos(vocab_); }
-int32_t Tokenizer::eot() const { return llama_vocab_eot(vocab_); }
-bool Tokenizer::adds_bos() const { return llama_vocab_get_add_bos(vocab_); }
-bool Tokenizer::is_eog(int32_t token) const { return llama_vocab_is_eog(vocab_, token); }
+Tokenizer::SplitPrompt Tokenizer::context_prompt(const std::string & context, const std::string & question) const {
+    SplitPrompt sp;
+    if (!has_chat_template()) {
+        sp.context = encode(context, true, false);
+        sp.query = encode("\n\nQuestion: " + question + "\nAnswer:", false, false);
+        return sp;
+    }
+    const std::string text = chat_text({{"user", context + "\n\nQuestion: " + question}});
+    const size_t at = text.find(context);
+    if (at == std::string::npos) throw Error("text", "the chat template did not keep the context verbatim");
+    const size_t end = at + context.size();
+    sp.context = encode(text.substr(0, end), true, true);
+    const int32_t b = bos();
+    if (sp.context.size() >= 2 && b >= 0 && sp.context[0] == b && sp.context[1] == b)
+        sp.context.erase(sp.context.begin());
+    sp.query = encode(text.substr(end), false, true);
+    return sp;
+}
+
+int32_t Tokenizer::n_vocab() const {
+    return llama_vocab_n_tokens(vocab_);
+}
+int32_t Tokenizer::bos() const {
+    return llama_vocab_bos(vocab_);
+}
+int32_t Tokenizer::eos() const {
+    return llama_vocab_eos(vocab_);
+}
+int32_t Tokenizer::eot() const {
+    return llama_vocab_eot(vocab_);
+}
+bool Tokenizer::adds_bos() const {
+    return llama_vocab_get_add_bos(vocab_);
+}
+bool Tokenizer::is_eog(int32_t token) const {
+    return llama_vocab_is_eog(vocab_, token);
+}
 
 std::vector<int32_t> Tokenizer::eog_ids() const {
     std::vector<int32_t> ids;

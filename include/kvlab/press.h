@@ -1,0 +1,95 @@
+// KV-cache compression (PRESSES.md, DESIGN.md "Compression as plan / apply"): a method is a
+// scorer (what each cached row is worth, per layer and KV head) plus a budget policy
+// (how many rows each layer and head keeps) plus fixed rules (sinks, observation window).
+// It returns a KeepPlan; only the KV store applies it, physically freeing the rest.
+//
+// Flow: make_press(name, params, model); p->observer(cache, L) goes to Engine::prefill
+// when the method scores from the prefill's queries; then p->plan(cache, budget) and
+// cache.compact(plan, reserve). compress() does the last two and reports times and bytes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kvlab/cache.h"
+#include "kvlab/engine.h"
+#include "kvlab/model.h"
+
+namespace kvlab {
+
+// How much to keep. ratio: fraction of the L context rows removed (kvpress convention),
+// kept = L - floor(L * ratio), in [0, 1). tokens: the per-layer budget B (window included).
+struct Budget {
+    double ratio = 0.0;
+    int64_t tokens = -1;  // >= 0: use it instead of ratio
+    static Budget from_ratio(double r);
+    static Budget from_tokens(int64_t b);
+    int64_t per_layer(int64_t L) const;  // B for a context of L rows
+    std::string describe() const;
+};
+
+struct ParamSpec {
+    std::string name;
+    std::string def;  // default, as text
+    std::string help;
+};
+
+struct MethodInfo {
+    std::string name;
+    std::string summary;
+    std::vector<ParamSpec> params;
+    bool wrapper = false;   // takes a `base` scorer method
+    bool observes = false;  // scores from the prefill's queries (needs the observer)
+};
+
+// Parameters as given by the user (name -> text); validated against the method's specs.
+using ParamMap = std::map<std::string, std::string>;
+
+class Press {
+public:
+    virtual ~Press() = default;
+    const std::string & name() const { return name_; }
+    // The resolved parameters (defaults filled in), for result records.
+    const nlohmann::json & params() const { return params_; }
+
+    // Called before the context is prefilled into `cache` (L tokens from its current
+    // end). Returns the observer to pass to Engine::prefill, or nullptr when the method
+    // scores from the cache alone. The cache must outlive the prefill.
+    virtual const QueryObserver * observer(KvStore & cache, int64_t L) { return nullptr; }
+    // Seconds spent inside the observer during prefill (scoring work done on the fly).
+    double observe_seconds() const { return observe_s_; }
+    // The rows to keep, per layer and head, for the budget. Throws for an impossible
+    // budget (smaller than the rows the method always keeps).
+    virtual KeepPlan plan(const KvStore & cache, const Budget & budget) = 0;
+
+protected:
+    std::string name_;
+    nlohmann::json params_;
+    double observe_s_ = 0.0;
+    friend std::unique_ptr<Press> make_press(const std::string &, const ParamMap &, const Model &);
+};
+
+// Throws kvlab::Error for an unknown method or parameter, or a malformed value.
+std::unique_ptr<Press> make_press(const std::string & name, const ParamMap & params, const Model & model);
+std::vector<MethodInfo> press_methods();
+
+struct CompressStats {
+    double plan_s = 0.0;                      // scoring from the cache and planning
+    double observe_s = 0.0;                   // scoring done during prefill (inside the observer)
+    double apply_s = 0.0;                     // compaction of the store
+    int64_t rows_before = 0, rows_after = 0;  // over all (layer, head) segments
+    uint64_t bytes_before = 0, bytes_after = 0, used_before = 0, used_after = 0;
+    std::vector<std::vector<int64_t>> kept;  // [layer][head] rows kept
+    double seconds() const { return plan_s + observe_s + apply_s; }
+    nlohmann::json to_json() const;
+};
+
+// Plans with `press` for `budget` and compacts the cache, leaving `reserve` free rows per
+// segment for the query and answer tokens.
+CompressStats compress(Press & press, KvStore & cache, const Budget & budget, int64_t reserve);
+
+}  // namespace kvlab

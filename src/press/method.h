@@ -1,0 +1,96 @@
+// The method seam: one file per method registers a Registration (its MethodInfo and a
+// factory). Score-based methods are a Scorer plus a Policy; wrappers (adakv, criticalkv,
+// chunkkv) take any registered scorer as their `base`.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvlab/error.h"
+#include "kvlab/press.h"
+
+namespace kvlab::press {
+
+// Scores of the L context rows of every (layer, KV head), higher = keep. Rows
+// [0, n_sink) and [L - window, L) are always kept; their scores are ignored.
+struct Scores {
+    int64_t L = 0;
+    int64_t n_sink = 0;
+    int64_t window = 0;
+    bool per_layer = false;                          // one row set per layer: heads' scores are equal
+    std::vector<std::vector<std::vector<float>>> s;  // [layer][head][L]
+    int64_t forced() const { return std::min(L, n_sink + window); }
+    bool is_forced(int64_t j) const { return j < n_sink || j >= L - window; }
+};
+
+// Validated, typed parameters of one method (defaults from its MethodInfo).
+class Params {
+public:
+    // Throws for a name not among `specs` (the method's and, for a wrapper, its base's).
+    Params(const std::string & method, const std::vector<ParamSpec> & specs, const ParamMap & given);
+    int64_t get_int(const std::string & name) const;
+    double get_float(const std::string & name) const;
+    bool get_bool(const std::string & name) const;
+    std::string get_string(const std::string & name) const;
+    nlohmann::json json() const;
+
+private:
+    const std::string & raw(const std::string & name) const;
+    std::string method_;
+    std::map<std::string, std::string> values_;
+};
+
+class Scorer {
+public:
+    virtual ~Scorer() = default;
+    // Like Press::observer; the scorer adds the seconds it spends observing to *observe_s.
+    virtual const QueryObserver * observer(KvStore & cache, int64_t L, double * observe_s) { return nullptr; }
+    virtual Scores score(const KvStore & cache) = 0;
+};
+
+using ScorerFactory = std::function<std::unique_ptr<Scorer>(const Params &, const Model &)>;
+// Budget policy: the plan for the scores and the per-layer budget B.
+using Policy = std::function<KeepPlan(const Scores &, const Budget &, const KvStore &)>;
+using PressFactory = std::function<std::unique_ptr<Press>(const Params &, const Model &)>;
+
+struct Registration {
+    MethodInfo info;
+    PressFactory make;
+    ScorerFactory scorer;  // set for methods usable as a wrapper's base
+};
+
+void register_method(Registration r);
+const Registration * find_method(const std::string & name);
+std::vector<const Registration *> all_methods();
+
+template <typename F>
+struct MethodRegistrar {
+    explicit MethodRegistrar(F f) { register_method(f()); }
+};
+
+// A scorer with a policy: the common shape of a method.
+std::unique_ptr<Press> scored_press(std::unique_ptr<Scorer> scorer, Policy policy);
+
+// Shared parameter specs.
+std::vector<ParamSpec> window_params();  // window, kernel, pooling (SnapKV family)
+const std::vector<ParamSpec> & wrapper_base_param();
+
+// Window-attention scorer (SnapKV family): observation window w, pooling.
+std::unique_ptr<Scorer> make_window_scorer(const Params & p, const Model & m);
+
+// The scorer named by a wrapper's `base` parameter, built from the same parameters.
+std::unique_ptr<Scorer> make_base_scorer(const Params & p, const Model & m);
+// Specs of a wrapper: its own, plus `base`, plus the base's (given the chosen base).
+std::vector<ParamSpec> wrapper_specs(const std::vector<ParamSpec> & own, const ParamMap & given);
+
+// Post-RoPE keys of segment (il, h) as float32 [rows][head_dim] (all rows of a freshly
+// prefilled context), and its values.
+std::vector<float> keys(const KvStore & cache, int il, int h);
+std::vector<float> values(const KvStore & cache, int il, int h);
+
+// Runs f(i) for i in [0, n) on up to n_threads threads.
+void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> & f);
+
+}  // namespace kvlab::press

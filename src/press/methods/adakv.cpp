@@ -1,0 +1,38 @@
+// Ada-KV (PRESSES.md), a wrapper on any scorer: per layer, the heads share the budget by
+// a global ranking of their scores, with the safeguard alpha; each head keeps its own
+// top b_h plus the forced rows. Heads end up with different lengths and the store frees
+// the rest for real.
+#include "kvlab/error.h"
+#include "press/method.h"
+#include "press/policy.h"
+
+namespace kvlab::press {
+namespace {
+const MethodRegistrar reg([] {
+    Registration r;
+    r.info = {"adakv",
+              "wrapper: per-head budgets from a global ranking of the base scores, with a safeguard",
+              {{"alpha", "0.2", "safeguard: every head keeps at least floor(alpha * b) rows"}},
+              true,
+              false};
+    r.make = [](const Params & p, const Model & m) {
+        const double alpha = p.get_float("alpha");
+        if (!(alpha >= 0.0 && alpha <= 1.0)) throw Error("press", "adakv: alpha must lie in [0, 1]");
+        return scored_press(make_base_scorer(p, m), [alpha](const Scores & s, const Budget & b, const KvStore &) {
+            const int64_t B = b.per_layer(s.L);
+            check_budget(s, B);
+            std::vector<std::vector<int64_t>> n(s.s.size());
+            for (size_t il = 0; il < s.s.size(); ++il) {
+                const int64_t cand = s.L - s.forced();
+                const int64_t bc = std::min(cand, B - s.forced());
+                std::vector<std::vector<float>> cs;
+                for (size_t h = 0; h < s.s[il].size(); ++h) cs.push_back(candidate_scores(s, int(il), int(h)));
+                n[il] = adakv_head_budgets(cs, bc, alpha);
+            }
+            return select_per_head(s, n);
+        });
+    };
+    return r;
+});
+}  // namespace
+}  // namespace kvlab::press

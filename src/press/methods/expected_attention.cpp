@@ -1,0 +1,172 @@
+// ExpectedAttention (PRESSES.md, kvpress): statistics of the context's pre-RoPE queries
+// (mean and covariance per query head, the n_sink first tokens excluded) rotated by the
+// RoPE matrix averaged over the next n_future positions, give the attention that future
+// queries are expected to pay each key; times ||v||; the n_sink first tokens are kept.
+// Pre-RoPE queries are recovered from the observed post-RoPE ones by the inverse rotation.
+#include <cmath>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "kvlab/error.h"
+#include "kvlab/sys.h"
+#include "press/method.h"
+#include "press/policy.h"
+#include "press/scoring.h"
+
+namespace kvlab::press {
+namespace {
+
+// The rotation pairs (a, b) of RoPE and their inverse frequencies (angle = pos * inv_freq).
+struct Rope {
+    std::vector<int> a, b;
+    std::vector<double> inv_freq;
+    explicit Rope(const Model & m) {
+        const HParams & hp = m.hparams();
+        const int half = hp.n_rot / 2;
+        std::vector<float> ff(size_t(half), 1.0f);
+        if (const ggml_tensor * t = m.weights().rope_freqs)
+            ggml_backend_tensor_get(const_cast<ggml_tensor *>(t), ff.data(), 0, ff.size() * sizeof(float));
+        for (int i = 0; i < half; ++i) {
+            const bool neox = hp.rope_mode == GGML_ROPE_TYPE_NEOX;
+            a.push_back(neox ? i : 2 * i);
+            b.push_back(neox ? i + half : 2 * i + 1);
+            inv_freq.push_back(double(hp.rope_freq_scale) * std::pow(double(hp.rope_theta), -2.0 * i / hp.n_rot) /
+                               ff[i]);
+        }
+    }
+    // x <- R(c, s) x on every pair, with per-pair cos and sin.
+    void apply(double * x, const std::vector<double> & c, const std::vector<double> & s, int stride = 1) const {
+        for (size_t i = 0; i < a.size(); ++i) {
+            const double xa = x[a[i] * stride], xb = x[b[i] * stride];
+            x[a[i] * stride] = c[i] * xa - s[i] * xb;
+            x[b[i] * stride] = s[i] * xa + c[i] * xb;
+        }
+    }
+};
+
+class ExpectedScorer : public Scorer {
+public:
+    ExpectedScorer(const Params & p, const Model & m) : hp_(m.hparams()), n_threads_(m.n_threads()), rope_(m) {
+        n_future_ = p.get_int("n_future");
+        n_sink_ = p.get_int("n_sink");
+        use_cov_ = p.get_bool("covariance");
+        use_vnorm_ = p.get_bool("vnorm");
+        if (n_future_ < 1) throw Error("press", "expected_attention: n_future must be at least 1");
+        if (n_sink_ < 0) throw Error("press", "expected_attention: n_sink must be non-negative");
+    }
+
+    const QueryObserver * observer(KvStore & cache, int64_t L, double * observe_s) override {
+        if (cache.next_pos() != 0)
+            throw Error("press", "expected_attention: the context must be prefilled into an empty cache");
+        L_ = L;
+        const int d = hp_.head_dim;
+        count_ = 0;
+        sum_.assign(hp_.n_layer, std::vector<double>(size_t(hp_.n_head) * d, 0.0));
+        sum2_.assign(hp_.n_layer, std::vector<double>(size_t(hp_.n_head) * d * d, 0.0));
+        obs_.first = std::min(n_sink_, L - 1);
+        obs_.on_queries = [this, observe_s](int il, int64_t tok0, int64_t n, const float * q) {
+            const double t0 = now_seconds();
+            const int d = hp_.head_dim, H = hp_.n_head;
+            parallel_for(H, n_threads_, [&](int64_t qh) {
+                std::vector<double> x(static_cast<size_t>(d)), c(rope_.a.size()), s(rope_.a.size());
+                double * sm = sum_[il].data() + qh * d;
+                double * s2 = sum2_[il].data() + qh * d * d;
+                for (int64_t r = 0; r < n; ++r) {
+                    const float * qr = q + (r * H + qh) * d;
+                    for (int e = 0; e < d; ++e) x[e] = qr[e];
+                    const double pos = double(tok0 + r);
+                    for (size_t i = 0; i < c.size(); ++i) {  // the inverse rotation: angle -pos * f
+                        c[i] = std::cos(pos * rope_.inv_freq[i]);
+                        s[i] = -std::sin(pos * rope_.inv_freq[i]);
+                    }
+                    rope_.apply(x.data(), c, s);
+                    for (int e = 0; e < d; ++e) {
+                        sm[e] += x[e];
+                        for (int f = 0; f < d; ++f) s2[e * d + f] += x[e] * x[f];
+                    }
+                }
+            });
+            if (il == 0) count_ += n;
+            *observe_s += now_seconds() - t0;
+        };
+        return &obs_;
+    }
+
+    Scores score(const KvStore & cache) override {
+        const int64_t L = cache.n_rows(0, 0);
+        if (sum_.empty() || L != L_ || count_ < 1)
+            throw Error("press", "expected_attention: the context's queries were not observed during prefill");
+        const int d = hp_.head_dim, group = hp_.n_gqa();
+        // the RoPE rotation averaged over the next n_future positions
+        std::vector<double> cbar(rope_.a.size(), 0.0), sbar(rope_.a.size(), 0.0);
+        for (size_t i = 0; i < cbar.size(); ++i) {
+            for (int64_t t = 0; t < n_future_; ++t) {
+                cbar[i] += std::cos(double(L + t) * rope_.inv_freq[i]);
+                sbar[i] += std::sin(double(L + t) * rope_.inv_freq[i]);
+            }
+            cbar[i] /= double(n_future_);
+            sbar[i] /= double(n_future_);
+        }
+        Scores s;
+        s.L = L;
+        s.n_sink = std::min(n_sink_, L);
+        s.s.assign(hp_.n_layer, std::vector<std::vector<float>>(hp_.n_head_kv));
+        parallel_for(int64_t(hp_.n_layer) * hp_.n_head_kv, n_threads_, [&](int64_t u) {
+            const int il = int(u / hp_.n_head_kv), h = int(u % hp_.n_head_kv);
+            std::vector<float> mu(size_t(group) * d), sigma(size_t(group) * d * d);
+            std::vector<double> m(static_cast<size_t>(d)), cov(size_t(d) * d);
+            for (int g = 0; g < group; ++g) {
+                const int qh = h * group + g;
+                const double * sm = sum_[il].data() + size_t(qh) * d;
+                const double * s2 = sum2_[il].data() + size_t(qh) * d * d;
+                for (int e = 0; e < d; ++e) m[e] = sm[e] / double(count_);
+                for (int e = 0; e < d; ++e)
+                    for (int f = 0; f < d; ++f) cov[e * d + f] = s2[e * d + f] / double(count_) - m[e] * m[f];
+                rope_.apply(m.data(), cbar, sbar);
+                for (int f = 0; f < d; ++f) rope_.apply(cov.data() + f, cbar, sbar, d);           // columns: R S
+                for (int e = 0; e < d; ++e) rope_.apply(cov.data() + size_t(e) * d, cbar, sbar);  // rows: (R S) R^T
+                for (int e = 0; e < d; ++e) mu[size_t(g) * d + e] = float(m[e]);
+                for (size_t e = 0; e < cov.size(); ++e) sigma[size_t(g) * d * d + e] = float(cov[e]);
+            }
+            const std::vector<float> k = keys(cache, il, h), v = values(cache, il, h);
+            s.s[il][h] =
+                expected_attention(mu.data(), sigma.data(), k.data(), v.data(), L, group, d, use_cov_, use_vnorm_);
+        });
+        return s;
+    }
+
+private:
+    HParams hp_;
+    int n_threads_;
+    Rope rope_;
+    int64_t n_future_ = 512, n_sink_ = 4, L_ = 0, count_ = 0;
+    bool use_cov_ = true, use_vnorm_ = true;
+    std::vector<std::vector<double>> sum_, sum2_;  // [layer][n_head][d], [layer][n_head][d][d]
+    QueryObserver obs_;
+};
+
+std::unique_ptr<Scorer> make_scorer(const Params & p, const Model & m) {
+    return std::make_unique<ExpectedScorer>(p, m);
+}
+
+const MethodRegistrar reg([] {
+    Registration r;
+    r.info = {"expected_attention",
+              "attention expected from future queries (query mean and covariance, RoPE-averaged), times ||v||",
+              {{"n_future", "512", "future positions the RoPE rotation is averaged over"},
+               {"n_sink", "4", "first tokens always kept and left out of the query statistics"},
+               {"covariance", "true", "include the k^T Sigma k / 2d term"},
+               {"vnorm", "true", "multiply by the value norm"}},
+              false,
+              true};
+    r.scorer = make_scorer;
+    r.make = [](const Params & p, const Model & m) {
+        return scored_press(make_scorer(p, m), [](const Scores & s, const Budget & b, const KvStore &) {
+            return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
+        });
+    };
+    return r;
+});
+
+}  // namespace
+}  // namespace kvlab::press

@@ -1,0 +1,85 @@
+// TOVA (PRESSES.md): attention of the last prompt query, averaged over all heads of the
+// layer; one token set per layer; no sinks or window rule.
+#include <cstring>
+
+#include "kvlab/error.h"
+#include "kvlab/sys.h"
+#include "press/method.h"
+#include "press/policy.h"
+#include "press/scoring.h"
+
+namespace kvlab::press {
+namespace {
+
+class LastQueryScorer : public Scorer {
+public:
+    explicit LastQueryScorer(const Model & m) : hp_(m.hparams()), n_threads_(m.n_threads()) {}
+
+    const QueryObserver * observer(KvStore &, int64_t L, double * observe_s) override {
+        L_ = L;
+        q_.assign(hp_.n_layer, std::vector<float>(size_t(hp_.n_head) * hp_.head_dim));
+        seen_ = false;
+        obs_.first = L - 1;
+        obs_.on_queries = [this, observe_s](int il, int64_t tok0, int64_t n, const float * q) {
+            const double t0 = now_seconds();
+            const size_t per_row = q_[il].size();
+            if (tok0 + n == L_) std::memcpy(q_[il].data(), q + (n - 1) * per_row, per_row * sizeof(float));
+            seen_ = seen_ || tok0 + n == L_;
+            *observe_s += now_seconds() - t0;
+        };
+        return &obs_;
+    }
+
+    Scores score(const KvStore & cache) override {
+        const int64_t L = cache.n_rows(0, 0);
+        if (!seen_ || L != L_) throw Error("press", "tova: the last query of the context was not observed");
+        Scores s;
+        s.L = L;
+        s.per_layer = true;
+        s.s.assign(hp_.n_layer, std::vector<std::vector<float>>(hp_.n_head_kv));
+        const int group = hp_.n_gqa(), d = hp_.head_dim;
+        parallel_for(hp_.n_layer, n_threads_, [&](int64_t il) {
+            std::vector<float> mean(size_t(L), 0.0f);
+            for (int h = 0; h < hp_.n_head_kv; ++h) {
+                const std::vector<float> k = keys(cache, int(il), h);
+                for (int g = 0; g < group; ++g) {
+                    const auto p = last_query_attention(q_[il].data() + size_t(h * group + g) * d, k.data(), L, d);
+                    for (int64_t j = 0; j < L; ++j) mean[j] += p[j] / float(hp_.n_head);
+                }
+            }
+            s.s[il].assign(hp_.n_head_kv, mean);
+        });
+        return s;
+    }
+
+private:
+    HParams hp_;
+    int n_threads_;
+    int64_t L_ = 0;
+    bool seen_ = false;
+    std::vector<std::vector<float>> q_;  // [layer][n_head][head_dim]
+    QueryObserver obs_;
+};
+
+std::unique_ptr<Scorer> make_scorer(const Params &, const Model & m) {
+    return std::make_unique<LastQueryScorer>(m);
+}
+
+const MethodRegistrar reg([] {
+    Registration r;
+    r.info = {"tova",
+              "attention of the last context token, averaged over the layer's heads; one set per layer",
+              {},
+              false,
+              true};
+    r.scorer = make_scorer;
+    r.make = [](const Params & p, const Model & m) {
+        return scored_press(make_scorer(p, m), [](const Scores & s, const Budget & b, const KvStore &) {
+            return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
+        });
+    };
+    return r;
+});
+
+}  // namespace
+}  // namespace kvlab::press

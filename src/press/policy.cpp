@@ -1,0 +1,149 @@
+#include "press/policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kvlab/error.h"
+#include "press/scoring.h"
+
+namespace kvlab::press {
+
+void check_budget(const Scores & s, int64_t B) {
+    if (B < s.n_sink + s.window)
+        throw Error("press", "budget of " + std::to_string(B) + " tokens is smaller than the " +
+                                 std::to_string(s.n_sink) + " sink and " + std::to_string(s.window) +
+                                 " window tokens the method always keeps");
+}
+
+std::vector<int32_t> candidate_rows(const Scores & s) {
+    std::vector<int32_t> c;
+    for (int64_t j = 0; j < s.L; ++j)
+        if (!s.is_forced(j)) c.push_back(int32_t(j));
+    return c;
+}
+
+std::vector<float> candidate_scores(const Scores & s, int il, int h) {
+    std::vector<float> c;
+    for (int64_t j = 0; j < s.L; ++j)
+        if (!s.is_forced(j)) c.push_back(s.s[il][h][j]);
+    return c;
+}
+
+std::vector<int32_t> keep_rows(const Scores & s, const std::vector<float> & sc, int64_t n) {
+    std::vector<int32_t> cand;
+    std::vector<float> cs;
+    for (int64_t j = 0; j < s.L; ++j)
+        if (!s.is_forced(j)) {
+            cand.push_back(int32_t(j));
+            cs.push_back(sc[j]);
+        }
+    std::vector<int32_t> keep;
+    for (int32_t i : top_rows(cs.data(), int64_t(cs.size()), n)) keep.push_back(cand[i]);
+    for (int64_t j = 0; j < s.L; ++j)
+        if (s.is_forced(j)) keep.push_back(int32_t(j));
+    std::sort(keep.begin(), keep.end());
+    return keep;
+}
+
+KeepPlan select_per_head(const Scores & s, const std::vector<std::vector<int64_t>> & n) {
+    KeepPlan plan(s.s.size());
+    for (size_t il = 0; il < s.s.size(); ++il)
+        for (size_t h = 0; h < s.s[il].size(); ++h) plan[il].push_back(keep_rows(s, s.s[il][h], n[il][h]));
+    return plan;
+}
+
+KeepPlan select_per_layer_budget(const Scores & s, const std::vector<int64_t> & B) {
+    const int n_layer = int(s.s.size());
+    KeepPlan plan(n_layer);
+    for (int il = 0; il < n_layer; ++il) {
+        const int n_head = int(s.s[il].size());
+        check_budget(s, B[il]);
+        if (B[il] >= s.L) {
+            std::vector<int32_t> all(static_cast<size_t>(s.L));
+            std::iota(all.begin(), all.end(), 0);
+            plan[il].assign(n_head, all);
+            continue;
+        }
+        const int64_t n = B[il] - s.forced();
+        for (int h = 0; h < n_head; ++h) {
+            if (s.per_layer && h > 0) {
+                plan[il].push_back(plan[il][0]);
+                continue;
+            }
+            plan[il].push_back(keep_rows(s, s.s[il][h], n));
+        }
+    }
+    return plan;
+}
+
+std::vector<int64_t> pyramid_budgets(int64_t L, int64_t B, int64_t w, int n_layer, int64_t beta) {
+    const int64_t b = B - w;
+    if (L <= B) return std::vector<int64_t>(n_layer, L);
+    if (L < 2 * b || n_layer < 2) return std::vector<int64_t>(n_layer, B);
+    int64_t mn = b / beta, mx = 2 * b - mn;
+    if (mx >= L - w) {
+        mx = L - w;
+        mn = 2 * b - mx;
+    }
+    const int64_t step = (mx - mn) / (n_layer - 1);
+    std::vector<int64_t> out(n_layer);
+    for (int l = 0; l < n_layer; ++l) out[l] = mx - l * step + w;
+    return out;
+}
+
+std::vector<int64_t> adakv_head_budgets(const std::vector<std::vector<float>> & scores, int64_t b, double alpha) {
+    const int H = int(scores.size());
+    std::vector<int64_t> out(H);
+    if (H == 0) return out;
+    const int64_t rows = int64_t(scores[0].size());
+    if (b >= rows) return std::vector<int64_t>(H, rows);
+    // each head's candidates by descending score (ties: lower row first)
+    std::vector<std::vector<int32_t>> order(H);
+    for (int h = 0; h < H; ++h) {
+        order[h].resize(static_cast<size_t>(rows));
+        std::iota(order[h].begin(), order[h].end(), 0);
+        const auto & sc = scores[h];
+        std::stable_sort(order[h].begin(), order[h].end(), [&](int32_t a, int32_t c) { return sc[a] > sc[c]; });
+    }
+    // global top H*b: merge the heads' orders (ties: lower head, then lower row)
+    const int64_t total = int64_t(H) * b;
+    std::vector<int64_t> n(H, 0);
+    for (int64_t t = 0; t < total; ++t) {
+        int best = -1;
+        for (int h = 0; h < H; ++h) {
+            if (n[h] >= rows) continue;
+            if (best < 0 || scores[h][order[h][n[h]]] > scores[best][order[best][n[best]]]) best = h;
+        }
+        ++n[best];
+    }
+    const int64_t safe = int64_t(std::floor(alpha * double(b)));
+    int64_t sum = 0;
+    for (int h = 0; h < H; ++h) {
+        out[h] = std::clamp<int64_t>(std::llround(double(n[h]) * (1.0 - alpha) + double(safe)), 0, rows);
+        sum += out[h];
+    }
+    // exact total by the same global ranking
+    while (sum < total) {
+        int best = -1;
+        for (int h = 0; h < H; ++h) {
+            if (out[h] >= rows) continue;
+            if (best < 0 || scores[h][order[h][out[h]]] > scores[best][order[best][out[best]]]) best = h;
+        }
+        ++out[best];
+        ++sum;
+    }
+    while (sum > total) {
+        int worst = -1;
+        for (int h = 0; h < H; ++h) {
+            if (out[h] <= safe || out[h] == 0) continue;
+            if (worst < 0 || scores[h][order[h][out[h] - 1]] < scores[worst][order[worst][out[worst] - 1]]) worst = h;
+        }
+        KVLAB_ASSERT(worst >= 0, "Ada-KV: the safeguard leaves room for the total");
+        --out[worst];
+        --sum;
+    }
+    return out;
+}
+
+}  // namespace kvlab::press

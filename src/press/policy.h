@@ -1,0 +1,39 @@
+// Budget policies (PRESSES.md): how many rows each layer and KV head keeps, and which.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "press/method.h"
+
+namespace kvlab::press {
+
+// Throws when the budget cannot hold the rows the method always keeps.
+void check_budget(const Scores & s, int64_t B);
+
+// Every head of layer il keeps its forced rows plus its top (B[il] - forced) rows by its
+// own scores (the shared top when s.per_layer). B[il] >= L keeps everything.
+KeepPlan select_per_layer_budget(const Scores & s, const std::vector<int64_t> & B);
+
+// Each (layer, head) keeps its forced rows plus its top n[il][h] candidate rows.
+KeepPlan select_per_head(const Scores & s, const std::vector<std::vector<int64_t>> & n);
+
+// The candidate (non-forced) rows and their scores for layer il, head h.
+std::vector<int32_t> candidate_rows(const Scores & s);
+std::vector<float> candidate_scores(const Scores & s, int il, int h);
+
+// The kept rows of one head: forced rows plus the top n candidates by `scores` ([L]).
+std::vector<int32_t> keep_rows(const Scores & s, const std::vector<float> & scores, int64_t n);
+
+// PyramidKV's per-layer budgets (window included) for a context of L rows, budget B,
+// window w, n_layer layers and beta (PRESSES.md; KVCache-Factory's floored step).
+std::vector<int64_t> pyramid_budgets(int64_t L, int64_t B, int64_t w, int n_layer, int64_t beta);
+
+// Ada-KV: budgets of the layer's heads for their non-forced rows, b each on average.
+// scores[h][j] over the candidate rows (forced rows excluded). The global top H*b over
+// all heads gives n_h per head; b_h = round(n_h (1 - alpha) + floor(alpha b)); the total
+// is then made exactly H*b by the same global ranking (adding the best unselected, or
+// removing the worst selected above the floor(alpha b) safeguard). b_h <= rows.
+std::vector<int64_t> adakv_head_budgets(const std::vector<std::vector<float>> & scores, int64_t b, double alpha);
+
+}  // namespace kvlab::press

@@ -1,0 +1,278 @@
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <thread>
+
+#include "kvlab/error.h"
+#include "kvlab/sys.h"
+#include "press/method.h"
+
+namespace kvlab {
+
+Budget Budget::from_ratio(double r) {
+    if (!(r >= 0.0 && r < 1.0)) throw Error("press", "compression ratio must lie in [0, 1), got " + std::to_string(r));
+    Budget b;
+    b.ratio = r;
+    return b;
+}
+
+Budget Budget::from_tokens(int64_t t) {
+    if (t < 1) throw Error("press", "token budget must be at least 1, got " + std::to_string(t));
+    Budget b;
+    b.tokens = t;
+    return b;
+}
+
+int64_t Budget::per_layer(int64_t L) const {
+    if (tokens >= 0) return tokens;
+    return L - int64_t(std::floor(double(L) * ratio));
+}
+
+std::string Budget::describe() const {
+    std::ostringstream o;
+    if (tokens >= 0)
+        o << "budget " << tokens << " tokens";
+    else
+        o << "ratio " << ratio;
+    return o.str();
+}
+
+nlohmann::json CompressStats::to_json() const {
+    return {{"plan_s", plan_s},
+            {"observe_s", observe_s},
+            {"apply_s", apply_s},
+            {"seconds", seconds()},
+            {"rows_before", rows_before},
+            {"rows_after", rows_after},
+            {"bytes_before", bytes_before},
+            {"bytes_after", bytes_after},
+            {"used_before", used_before},
+            {"used_after", used_after},
+            {"kept", kept}};
+}
+
+CompressStats compress(Press & press, KvStore & cache, const Budget & budget, int64_t reserve) {
+    CompressStats st;
+    st.observe_s = press.observe_seconds();
+    st.rows_before = cache.total_rows();
+    st.bytes_before = cache.bytes();
+    st.used_before = cache.used_bytes();
+    double t0 = now_seconds();
+    const KeepPlan plan = press.plan(cache, budget);
+    st.plan_s = now_seconds() - t0;
+    t0 = now_seconds();
+    cache.compact(plan, reserve);
+    st.apply_s = now_seconds() - t0;
+    st.rows_after = cache.total_rows();
+    st.bytes_after = cache.bytes();
+    st.used_after = cache.used_bytes();
+    st.kept.resize(cache.n_layer());
+    for (int il = 0; il < cache.n_layer(); ++il)
+        for (int h = 0; h < cache.n_head_kv(); ++h) st.kept[il].push_back(cache.n_rows(il, h));
+    return st;
+}
+
+namespace press {
+
+namespace {
+std::vector<Registration> & registry() {
+    static std::vector<Registration> r;
+    return r;
+}
+}  // namespace
+
+void register_method(Registration r) {
+    registry().push_back(std::move(r));
+}
+
+const Registration * find_method(const std::string & name) {
+    for (const Registration & r : registry())
+        if (r.info.name == name) return &r;
+    return nullptr;
+}
+
+std::vector<const Registration *> all_methods() {
+    std::vector<const Registration *> v;
+    for (const Registration & r : registry()) v.push_back(&r);
+    std::sort(v.begin(), v.end(), [](auto * a, auto * b) {
+        return a->info.wrapper != b->info.wrapper ? !a->info.wrapper : a->info.name < b->info.name;
+    });
+    return v;
+}
+
+Params::Params(const std::string & method, const std::vector<ParamSpec> & specs, const ParamMap & given)
+    : method_(method) {
+    for (const ParamSpec & s : specs) values_[s.name] = s.def;
+    for (const auto & [k, v] : given) {
+        if (!values_.count(k)) {
+            std::string known;
+            for (const ParamSpec & s : specs) known += (known.empty() ? "" : ", ") + s.name;
+            throw Error("press", "unknown parameter '" + k + "' for method " + method +
+                                     (known.empty() ? " (it takes none)" : " (known: " + known + ")"));
+        }
+        values_[k] = v;
+    }
+}
+
+const std::string & Params::raw(const std::string & name) const {
+    auto it = values_.find(name);
+    KVLAB_ASSERT(it != values_.end(), "parameter declared by the method");
+    return it->second;
+}
+
+int64_t Params::get_int(const std::string & name) const {
+    const std::string & v = raw(name);
+    size_t used = 0;
+    int64_t x = 0;
+    try {
+        x = std::stoll(v, &used);
+    } catch (const std::exception &) {
+        used = 0;
+    }
+    if (used == 0 || used != v.size())
+        throw Error("press", method_ + ": parameter " + name + " must be an integer, got '" + v + "'");
+    return x;
+}
+
+double Params::get_float(const std::string & name) const {
+    const std::string & v = raw(name);
+    size_t used = 0;
+    double x = 0;
+    try {
+        x = std::stod(v, &used);
+    } catch (const std::exception &) {
+        used = 0;
+    }
+    if (used == 0 || used != v.size() || !std::isfinite(x))
+        throw Error("press", method_ + ": parameter " + name + " must be a number, got '" + v + "'");
+    return x;
+}
+
+bool Params::get_bool(const std::string & name) const {
+    const std::string & v = raw(name);
+    if (v == "true" || v == "1" || v == "yes") return true;
+    if (v == "false" || v == "0" || v == "no") return false;
+    throw Error("press", method_ + ": parameter " + name + " must be true or false, got '" + v + "'");
+}
+
+std::string Params::get_string(const std::string & name) const {
+    return raw(name);
+}
+
+nlohmann::json Params::json() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto & [k, v] : values_) j[k] = v;
+    return j;
+}
+
+namespace {
+class ScoredPress : public Press {
+public:
+    ScoredPress(std::unique_ptr<Scorer> s, Policy p) : scorer_(std::move(s)), policy_(std::move(p)) {}
+    const QueryObserver * observer(KvStore & cache, int64_t L) override {
+        observe_s_ = 0.0;
+        return scorer_->observer(cache, L, &observe_s_);
+    }
+    KeepPlan plan(const KvStore & cache, const Budget & budget) override {
+        if (!cache.uniform())
+            throw Error("press", name_ + ": the cache must be a freshly prefilled context (it is already compressed)");
+        return policy_(scorer_->score(cache), budget, cache);
+    }
+
+private:
+    std::unique_ptr<Scorer> scorer_;
+    Policy policy_;
+};
+}  // namespace
+
+std::unique_ptr<Press> scored_press(std::unique_ptr<Scorer> scorer, Policy policy) {
+    return std::make_unique<ScoredPress>(std::move(scorer), std::move(policy));
+}
+
+std::vector<ParamSpec> window_params() {
+    return {{"window", "32", "observation window w: the last w context tokens, always kept"},
+            {"kernel", "7", "pooling kernel size (odd; 1 disables pooling)"},
+            {"pooling", "max", "pooling of the scores along the keys: max, avg or none"}};
+}
+
+const std::vector<ParamSpec> & wrapper_base_param() {
+    static const std::vector<ParamSpec> p = {
+        {"base", "snapkv", "the scorer method wrapped (its parameters apply too)"}};
+    return p;
+}
+
+std::vector<ParamSpec> wrapper_specs(const std::vector<ParamSpec> & own, const ParamMap & given) {
+    std::vector<ParamSpec> specs = own;
+    specs.insert(specs.end(), wrapper_base_param().begin(), wrapper_base_param().end());
+    auto it = given.find("base");
+    const std::string base = it == given.end() ? wrapper_base_param()[0].def : it->second;
+    const Registration * r = find_method(base);
+    if (!r || !r->scorer) {
+        std::string ok;
+        for (const Registration * m : all_methods())
+            if (m->scorer) ok += (ok.empty() ? "" : ", ") + m->info.name;
+        throw Error("press", "base '" + base + "' is not a scorer method (scorers: " + ok + ")");
+    }
+    for (const ParamSpec & s : r->info.params)
+        if (std::none_of(specs.begin(), specs.end(), [&](const ParamSpec & x) { return x.name == s.name; }))
+            specs.push_back(s);
+    return specs;
+}
+
+std::unique_ptr<Scorer> make_base_scorer(const Params & p, const Model & m) {
+    return find_method(p.get_string("base"))->scorer(p, m);
+}
+
+std::vector<float> keys(const KvStore & cache, int il, int h) {
+    return cache.read_k(il, h);
+}
+std::vector<float> values(const KvStore & cache, int il, int h) {
+    return cache.read_v(il, h);
+}
+
+void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> & f) {
+    const int nth = int(std::max<int64_t>(1, std::min<int64_t>(n, n_threads)));
+    if (nth == 1) {
+        for (int64_t i = 0; i < n; ++i) f(i);
+        return;
+    }
+    std::vector<std::thread> pool;
+    std::vector<std::exception_ptr> errors(nth);
+    for (int t = 0; t < nth; ++t)
+        pool.emplace_back([&, t] {
+            try {
+                for (int64_t i = t; i < n; i += nth) f(i);
+            } catch (...) {
+                errors[t] = std::current_exception();
+            }
+        });
+    for (auto & th : pool) th.join();
+    for (auto & e : errors)
+        if (e) std::rethrow_exception(e);
+}
+
+}  // namespace press
+
+std::unique_ptr<Press> make_press(const std::string & name, const ParamMap & params, const Model & model) {
+    const press::Registration * r = press::find_method(name);
+    if (!r) {
+        std::string known;
+        for (const press::Registration * m : press::all_methods()) known += (known.empty() ? "" : ", ") + m->info.name;
+        throw Error("press", "unknown method '" + name + "' (methods: " + known + ")");
+    }
+    const std::vector<ParamSpec> specs =
+        r->info.wrapper ? press::wrapper_specs(r->info.params, params) : r->info.params;
+    press::Params p(name, specs, params);
+    std::unique_ptr<Press> out = r->make(p, model);
+    out->name_ = name;
+    out->params_ = p.json();
+    return out;
+}
+
+std::vector<MethodInfo> press_methods() {
+    std::vector<MethodInfo> v;
+    for (const press::Registration * r : press::all_methods()) v.push_back(r->info);
+    return v;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,57 @@
+// Scoring primitives of the compression methods (PRESSES.md) on plain float arrays, so
+// that each is testable without a model. Row-major layouts are stated per function;
+// "higher score = more worth keeping" everywhere.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvlab::press {
+
+// Observation-window attention of one KV head (SnapKV family, PRESSES.md steps 1-5).
+//   q: post-RoPE queries of the last w prompt tokens: row r's group of query heads is
+//      q[r * q_stride .. + group * d) ([group][d])
+//   k: [L][d] post-RoPE keys of the L prompt tokens, in position order
+// logits = q . k / sqrt(d) in fp32, causal only inside the bottom-right w x w block,
+// softmax over all L keys, summed over the w rows, averaged over the group (GQA) before
+// any pooling. Returns [L - w]: the scores of the keys before the window.
+std::vector<float> window_attention(const float * q, int64_t q_stride, const float * k, int64_t L, int w, int group,
+                                    int d);
+
+// Pooling along the keys, stride 1, padding kernel/2, same length (PRESSES.md step 6):
+// max-pool ignores the padding (pads with -inf); avg-pool divides by `kernel` everywhere
+// (count_include_pad). kernel must be odd; kernel 1 returns the input.
+enum class Pool { max, avg, none };
+std::vector<float> pool1d(const std::vector<float> & x, int kernel, Pool pool);
+
+// H2O: adds to col[j] the causal attention probabilities of n query rows to the keys
+// they see, averaged over the group's query heads.
+//   q: row r's group of query heads at q[r * q_stride .. + group * d); query row r sits at
+//      position p0 + r and sees keys [0, p0 + r]
+//   k: [n_keys][d] with n_keys >= p0 + n, key j at position j
+void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_t p0, const float * k, int group, int d,
+                            float * col);
+
+// TOVA: attention probabilities of one query (the last prompt token) to its L keys.
+//   q: [d], k: [L][d]. Returns [L].
+std::vector<float> last_query_attention(const float * q, const float * k, int64_t L, int d);
+
+// Knorm: -||k_j||_2 for each of L keys [L][d].
+std::vector<float> negative_key_norms(const float * k, int64_t L, int d);
+
+// KeyDiff: -cos(k_j, m) where m = mean over j of k_j / ||k_j||.
+std::vector<float> keydiff(const float * k, int64_t L, int d);
+
+// ExpectedAttention for one KV head, given statistics of the future queries of each
+// query head of its group: mean mu [group][d] and covariance sigma [group][d][d] (both
+// already rotated to the future positions).
+//   score_j = mean over the group of softmax_j(mu.k_j / sqrt(d) + k_j^T sigma k_j / (2d)),
+//   times ||v_j||_2 when use_vnorm. k, v: [L][d].
+std::vector<float> expected_attention(const float * mu, const float * sigma, const float * k, const float * v,
+                                      int64_t L, int group, int d, bool use_covariance, bool use_vnorm);
+
+// Top-n row indices of scores[0..n_rows) (higher first, ties to the lower index),
+// returned ascending.
+std::vector<int32_t> top_rows(const float * scores, int64_t n_rows, int64_t n);
+
+}  // namespace kvlab::press

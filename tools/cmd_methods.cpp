@@ -1,0 +1,49 @@
+// kvlab methods [--json]: the compression methods with their parameters and defaults.
+#include <cstdio>
+
+#include "common.h"
+#include "kvlab/press.h"
+
+namespace kvlab::cli {
+
+namespace {
+int run_methods(bool json) {
+    const auto methods = press_methods();
+    if (json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const MethodInfo & m : methods) {
+            nlohmann::json params = nlohmann::json::array();
+            for (const ParamSpec & p : m.params)
+                params.push_back({{"name", p.name}, {"default", p.def}, {"help", p.help}});
+            j.push_back({{"name", m.name},
+                         {"summary", m.summary},
+                         {"wrapper", m.wrapper},
+                         {"scores_from_prefill", m.observes},
+                         {"params", params}});
+        }
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+    }
+    std::printf("Compression methods (--method NAME --param KEY=VALUE; budget: --ratio R or --budget B)\n\n");
+    for (const MethodInfo & m : methods) {
+        std::printf("%-20s %s%s\n", m.name.c_str(), m.summary.c_str(),
+                    m.observes ? " [scores from the prefill's queries]" : "");
+        if (m.wrapper)
+            std::printf("    %-18s %-8s %s\n", "base", "snapkv",
+                        "the scorer it wraps (any method but the wrappers); the base's parameters apply too");
+        for (const ParamSpec & p : m.params)
+            std::printf("    %-18s %-8s %s\n", p.name.c_str(), p.def.c_str(), p.help.c_str());
+    }
+    std::printf("\n%-20s %s\n", "none", "no compression: answers from the full cache");
+    return 0;
+}
+}  // namespace
+
+void add_methods_command(CLI::App & app, int & rc) {
+    auto * cmd = app.add_subcommand("methods", "List the KV-cache compression methods, their parameters and defaults");
+    auto json = std::make_shared<bool>(false);
+    cmd->add_flag("--json", *json, "print the list as JSON");
+    cmd->callback([&rc, json] { rc = run_methods(*json); });
+}
+
+}  // namespace kvlab::cli
