@@ -110,5 +110,23 @@ TEST_F(BadInput, UnknownModelNameAndBadOptions) {
     EXPECT_LT(r.exit_code, 128) << r.output;
 }
 
+TEST_F(BadInput, AskRefusesBadMethodsBudgetsAndContexts) {
+    std::string words;
+    for (int i = 0; i < 20; ++i) words += " word";
+    const auto ctx = write("ctx.txt", words);
+    const std::string ask = "ask " + good_ + " --context-file " + ctx + " -q what --max-tokens 4 ";
+    expect_cli_error(ask + "--method snapkvv --ratio 0.5", {"unknown method 'snapkvv'", "snapkv"});
+    expect_cli_error(ask + "--method snapkv --ratio 0.5 --param windw=4", {"unknown parameter 'windw'", "window"});
+    expect_cli_error(ask + "--method snapkv --ratio 1.5", {"ratio must lie in [0, 1)"});
+    expect_cli_error(ask + "--method snapkv", {"needs --ratio R or --budget B"});
+    expect_cli_error(ask + "--method snapkv --budget 10", {"budget of 10 tokens is smaller than the 0 sink and"});
+    expect_cli_error(ask + "--method snapkv --ratio 0.5 --param bad", {"KEY=VALUE"});
+    std::string long_words;
+    for (int i = 0; i < 80; ++i) long_words += " word";
+    const auto long_ctx = write("long.txt", long_words);
+    expect_cli_error("ask " + good_ + " --context-file " + long_ctx + " -q what --method snapkv --ratio 0.5",
+                     {"exceeds the model's context of 64 tokens"});
+}
+
 }  // namespace
 }  // namespace kvlab

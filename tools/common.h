@@ -37,5 +37,6 @@ void add_bench_command(CLI::App & app, int & rc);
 void add_models_command(CLI::App & app, int & rc);
 void add_methods_command(CLI::App & app, int & rc);
 void add_ask_command(CLI::App & app, int & rc);
+void add_bench_methods_command(CLI::App & app, int & rc);
 
 }  // namespace kvlab::cli

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "kvlab/error.h"
@@ -11,6 +12,30 @@
 namespace kvlab::press {
 
 namespace {
+
+constexpr int k_lanes = 16;
+constexpr int k_block = 64;  // keys per register block
+constexpr int k_kv = k_block / k_lanes;
+constexpr int k_max_group = 4;  // query heads sharing one pass over the keys
+typedef float v16 __attribute__((vector_size(k_lanes * sizeof(float))));
+typedef float v16u __attribute__((vector_size(k_lanes * sizeof(float)), aligned(alignof(float))));  // unaligned
+
+// Scores of NG query vectors (qs [NG][d], pre-scaled) against keys [0, vis) of kt
+// ([d][nk_pad], k_block-padded) into p [NG][nk_pad]: the accumulators stay in registers.
+template <int NG>
+void block_scores(const float * kt, int64_t nk_pad, int64_t vis, const float * qs, int d, float * p) {
+    for (int64_t jb = 0; jb < vis; jb += k_block) {
+        v16 acc[NG][k_kv] = {};
+        for (int e = 0; e < d; ++e) {
+            const v16u * kv = reinterpret_cast<const v16u *>(kt + size_t(e) * nk_pad + jb);
+            for (int g = 0; g < NG; ++g) {
+                const float qe = qs[size_t(g) * d + e];
+                for (int t = 0; t < k_kv; ++t) acc[g][t] += qe * kv[t];
+            }
+        }
+        for (int g = 0; g < NG; ++g) std::memcpy(p + size_t(g) * nk_pad + jb, acc[g], sizeof(acc[g]));
+    }
+}
 
 float dot(const float * a, const float * b, int d) {
     float s = 0.0f;
@@ -73,17 +98,52 @@ std::vector<float> pool1d(const std::vector<float> & x, int kernel, Pool pool) {
 
 void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_t p0, const float * k, int group, int d,
                             float * col) {
+    // Keys transposed to [d][n_keys] so that the scores of one query over all its keys are
+    // FMA loops along the keys (vectorised, no horizontal sums); the group's query heads
+    // share each pass over the keys.
+    const int64_t nk = p0 + n;
+    const int64_t nk_pad = (nk + k_block - 1) / k_block * k_block;  // zero keys past the end
     const float scale = 1.0f / std::sqrt(float(d));
     const float inv = 1.0f / float(group);
-    std::vector<float> p(size_t(p0 + n));
-    for (int64_t r = 0; r < n; ++r)
-        for (int g = 0; g < group; ++g) {
-            const float * qr = q + r * q_stride + g * d;
-            const int64_t nk = p0 + r + 1;
-            for (int64_t j = 0; j < nk; ++j) p[j] = dot(qr, k + j * d, d) * scale;
-            softmax(p.data(), nk);
-            for (int64_t j = 0; j < nk; ++j) col[j] += p[j] * inv;
+    std::vector<float> kt(static_cast<size_t>(d * nk_pad), 0.0f);
+    for (int64_t j = 0; j < nk; ++j)
+        for (int e = 0; e < d; ++e) kt[size_t(e) * nk_pad + j] = k[j * d + e];
+    std::vector<float> p(static_cast<size_t>(group * nk_pad));
+    std::vector<float> qs(static_cast<size_t>(group * d));
+    for (int64_t r = 0; r < n; ++r) {
+        const int64_t vis = p0 + r + 1;
+        for (int g = 0; g < group; ++g)
+            for (int e = 0; e < d; ++e) qs[size_t(g) * d + e] = q[r * q_stride + g * d + e] * scale;
+        for (int g0 = 0; g0 < group; g0 += k_max_group) {
+            const float * qg = qs.data() + size_t(g0) * d;
+            float * pg = p.data() + size_t(g0) * nk_pad;
+            switch (std::min(k_max_group, group - g0)) {
+                case 1:
+                    block_scores<1>(kt.data(), nk_pad, vis, qg, d, pg);
+                    break;
+                case 2:
+                    block_scores<2>(kt.data(), nk_pad, vis, qg, d, pg);
+                    break;
+                case 3:
+                    block_scores<3>(kt.data(), nk_pad, vis, qg, d, pg);
+                    break;
+                default:
+                    block_scores<4>(kt.data(), nk_pad, vis, qg, d, pg);
+            }
         }
+        for (int g = 0; g < group; ++g) {
+            float * pg = p.data() + size_t(g) * nk_pad;
+            float m = pg[0];
+            for (int64_t j = 1; j < vis; ++j) m = std::max(m, pg[j]);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < vis; ++j) {
+                pg[j] = std::exp(pg[j] - m);
+                sum += pg[j];
+            }
+            const float w = inv / sum;
+            for (int64_t j = 0; j < vis; ++j) col[j] += pg[j] * w;
+        }
+    }
 }
 
 std::vector<float> last_query_attention(const float * q, const float * k, int64_t L, int d) {
