@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <numeric>
 
+#include "ggml-cpu.h"
+#include "ggml.h"
 #include "kvlab/engine.h"
 #include "kvlab/error.h"
 #include "kvlab/press.h"
@@ -229,6 +231,113 @@ TEST_F(PressModel, EveryScorerMatchesAPlainReference) {
             for (int hh = 0; hh < h.n_head_kv; ++hh)
                 expect_same_rows(plan[il][hh], ref[il][hh], c.n_sink, c.window, B,
                                  method + " layer " + std::to_string(il) + " head " + std::to_string(hh));
+    }
+}
+
+// ggml's own RoPE (an implementation independent of kvlab's) applied to m vectors [m][d]
+// at each of the positions: returns [positions][m][d].
+std::vector<float> ggml_rope_at(const HParams & hp, const std::vector<float> & x, int64_t m,
+                                const std::vector<int32_t> & positions) {
+    const int d = hp.head_dim;
+    const int64_t np = int64_t(positions.size());
+    ggml_init_params ip = {size_t(3 * np * m * d * sizeof(float)) + np * sizeof(int32_t) + 16 * 1024 * 1024, nullptr,
+                           false};
+    ggml_context * ctx = ggml_init(ip);
+    ggml_tensor * t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, d, m, np);
+    ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, np);
+    for (int64_t i = 0; i < np; ++i) std::copy(x.begin(), x.end(), static_cast<float *>(t->data) + i * m * d);
+    std::copy(positions.begin(), positions.end(), static_cast<int32_t *>(pos->data));
+    ggml_tensor * y = ggml_rope_ext(ctx, t, pos, nullptr, hp.n_rot, hp.rope_mode, hp.n_ctx_train, hp.rope_theta,
+                                    hp.rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    ggml_graph_compute_with_ctx(ctx, gf, 1);
+    std::vector<float> out(static_cast<const float *>(y->data), static_cast<const float *>(y->data) + np * m * d);
+    ggml_free(ctx);
+    return out;
+}
+
+TEST_F(PressModel, ExpectedAttentionMatchesAReferenceBuiltOnGgmlRope) {
+    const HParams & h = hp();
+    const int d = h.head_dim, H = h.n_head, group = h.n_gqa();
+    const int64_t n_sink = 4, n_future = 512;
+    const press::Registration * r = press::find_method("expected_attention");
+    auto scorer = r->scorer(press::Params("expected_attention", r->info.params, {}), *model_);
+    std::vector<std::vector<float>> q;
+    double observe_s = 0;
+    KvStore cache = new_cache();
+    prefill(cache, scorer->observer(cache, k_L, &observe_s), &q);
+    const press::Scores s = scorer->score(cache);
+    std::vector<int32_t> future(n_future);
+    std::iota(future.begin(), future.end(), int32_t(k_L));
+    for (int il = 0; il < h.n_layer; ++il) {
+        // pre-RoPE queries: ggml's rotation by -position of each observed query
+        std::vector<std::vector<double>> mu(H, std::vector<double>(d, 0.0)), cov(H, std::vector<double>(d * d, 0.0));
+        for (int64_t i = n_sink; i < k_L; ++i) {
+            std::vector<float> qi(q[il].begin() + i * H * d, q[il].begin() + (i + 1) * H * d);
+            const auto pre = ggml_rope_at(h, qi, H, {-int32_t(i)});
+            for (int qh = 0; qh < H; ++qh)
+                for (int e = 0; e < d; ++e) {
+                    mu[qh][e] += pre[qh * d + e];
+                    for (int f = 0; f < d; ++f) cov[qh][e * d + f] += double(pre[qh * d + e]) * pre[qh * d + f];
+                }
+        }
+        const double n = double(k_L - n_sink);
+        for (int qh = 0; qh < H; ++qh) {
+            for (auto & x : mu[qh]) x /= n;
+            for (int e = 0; e < d; ++e)
+                for (int f = 0; f < d; ++f) cov[qh][e * d + f] = cov[qh][e * d + f] / n - mu[qh][e] * mu[qh][f];
+        }
+        // the rotation averaged over the next n_future positions, applied as the mean of
+        // ggml's rotations: mu' = Rbar mu, Sigma' = Rbar Sigma Rbar^T (columns, then rows)
+        auto avg_rotate = [&](const std::vector<std::vector<double>> & vecs) {
+            std::vector<float> flat;
+            for (const auto & v : vecs) flat.insert(flat.end(), v.begin(), v.end());
+            const int64_t m = int64_t(vecs.size());
+            const auto rot = ggml_rope_at(h, flat, m, future);
+            std::vector<std::vector<double>> out(m, std::vector<double>(d, 0.0));
+            for (int64_t t = 0; t < n_future; ++t)
+                for (int64_t v = 0; v < m; ++v)
+                    for (int e = 0; e < d; ++e) out[v][e] += rot[(t * m + v) * d + e] / double(n_future);
+            return out;
+        };
+        for (int hh = 0; hh < h.n_head_kv; ++hh) {
+            const std::vector<float> k = cache.read_k(il, hh), v = cache.read_v(il, hh);
+            std::vector<double> ref(size_t(k_L), 0.0);
+            for (int g = 0; g < group; ++g) {
+                const int qh = hh * group + g;
+                const auto m2 = avg_rotate({mu[qh]})[0];
+                std::vector<std::vector<double>> cols(d, std::vector<double>(d));
+                for (int c = 0; c < d; ++c)
+                    for (int e = 0; e < d; ++e) cols[c][e] = cov[qh][e * d + c];
+                const auto rc = avg_rotate(cols);  // rc[c] = (Rbar Sigma)[:, c]
+                std::vector<std::vector<double>> rows(d, std::vector<double>(d));
+                for (int e = 0; e < d; ++e)
+                    for (int c = 0; c < d; ++c) rows[e][c] = rc[c][e];
+                const auto sig = avg_rotate(rows);  // sig[e] = row e of Rbar Sigma Rbar^T
+                std::vector<double> logit(static_cast<size_t>(k_L));
+                double mx = -1e300, sum = 0;
+                for (int64_t j = 0; j < k_L; ++j) {
+                    double a = 0, b = 0;
+                    for (int e = 0; e < d; ++e) {
+                        a += m2[e] * k[j * d + e];
+                        for (int f = 0; f < d; ++f) b += k[j * d + e] * sig[e][f] * k[j * d + f];
+                    }
+                    logit[j] = a / std::sqrt(double(d)) + b / (2.0 * d);
+                    mx = std::max(mx, logit[j]);
+                }
+                for (auto & x : logit) sum += (x = std::exp(x - mx));
+                for (int64_t j = 0; j < k_L; ++j) ref[j] += logit[j] / sum / group;
+            }
+            double mx = 0, err = 0;
+            for (int64_t j = 0; j < k_L; ++j) {
+                ref[j] *= std::sqrt(dot(v.data() + j * d, v.data() + j * d, d));
+                if (s.is_forced(j)) continue;
+                mx = std::max(mx, std::fabs(ref[j]));
+                err = std::max(err, std::fabs(s.s[il][hh][j] - ref[j]));
+            }
+            EXPECT_LE(err / mx, k_rel) << "layer " << il << " head " << hh;
+        }
     }
 }
 
