@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
-# kvlab's main job on the default model, after all set-up (README, first command).
-# For now: a generation over a long prompt (an essay and a question), with every timing
-# and memory figure. Extra arguments go to `kvlab generate` (e.g. --json).
+# kvlab's main job on the default model, after all set-up (README, first command):
+# `kvlab demo` compares 8 compression methods at 3 ratios with the full cache on
+# needle-in-a-haystack and RULER's single-needle task over the bundled essays, prints the
+# table and writes the report (kvlab-demo/report.html). Extra arguments go to `kvlab demo`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/setup.sh"
-prompt=$(mktemp)
-trap 'rm -f "$prompt"' EXIT
-{
-  cat "$root/tests/data/avg.txt"
-  printf '\n\nQuestion: According to the essay above, which programming language did Viaweb use, and why?\nAnswer:'
-} > "$prompt"
-"${KVLAB_BUILD_DIR:-$root/build}/kvlab" generate smollm2-135m --prompt-file "$prompt" --max-tokens 64 "$@"
+cd "$root"
+"${KVLAB_BUILD_DIR:-$root/build}/kvlab" demo "$@"

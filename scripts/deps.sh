@@ -17,7 +17,7 @@ log() { echo "[deps] $*" >&2; }
 need_apt=()
 for pkg in build-essential cmake ninja-build ccache pkg-config git python3-pip \
            nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libgmock-dev \
-           libbenchmark-dev; do
+           libbenchmark-dev chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -38,5 +38,6 @@ void add_models_command(CLI::App & app, int & rc);
 void add_methods_command(CLI::App & app, int & rc);
 void add_ask_command(CLI::App & app, int & rc);
 void add_bench_methods_command(CLI::App & app, int & rc);
+void add_eval_commands(CLI::App & app, int & rc);  // eval, report, demo
 
 }  // namespace kvlab::cli

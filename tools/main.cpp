@@ -20,6 +20,7 @@ int main(int argc, char ** argv) {
     kvlab::cli::add_methods_command(app, rc);
     kvlab::cli::add_ask_command(app, rc);
     kvlab::cli::add_bench_methods_command(app, rc);
+    kvlab::cli::add_eval_commands(app, rc);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {

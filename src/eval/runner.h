@@ -1,0 +1,65 @@
+// The evaluation runner: for each context, prefill once (timed) and answer every question
+// from the full cache as the baseline; for each method x budget, compress once (timed) and
+// answer each question from an independent copy, scoring the answer and its fidelity to
+// the full cache. Resumable (records already in the output are skipped) and shardable
+// (sample i goes to shard i mod N); one JSONL record per answer (schema in report.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "eval/tasks.h"
+#include "kvlab/press.h"
+
+namespace kvlab::eval {
+
+struct MethodConfig {
+    std::string name;  // "none" is the full cache
+    ParamMap params;
+};
+
+struct BudgetConfig {
+    double ratio = -1.0;        // compression ratio, or
+    int64_t tokens = -1;        // tokens kept per layer
+    std::string label() const;  // "ratio 0.5" | "budget 256"
+    Budget budget() const;
+};
+
+struct RunConfig {
+    std::string model = "smollm2-135m";
+    std::vector<std::string> tasks = {"niah"};  // task names, or "qa:PATH.jsonl"
+    TaskOptions task;
+    std::vector<std::string> haystack;  // files; empty: the project's data/haystack essays
+    std::vector<MethodConfig> methods;  // besides the full cache, which always runs
+    std::vector<BudgetConfig> budgets;
+    bool query_aware = false;
+    int max_tokens = 32;
+    int threads = 2;
+    int chunk = 512;
+    std::string attention = "kvlab";
+    std::string out_dir = "kvlab-results";
+    int shard = 0, n_shards = 1;
+
+    nlohmann::json to_json() const;
+    // Unknown keys and malformed values throw kvlab::Error naming them.
+    static RunConfig from_json(const nlohmann::json & j);
+};
+
+struct Progress {
+    int64_t done = 0, total = 0, skipped = 0;
+    double elapsed_s = 0.0;
+    std::string what;
+};
+
+// Runs the configuration; writes <out_dir>/records-<shard>-of-<N>.jsonl (a header record,
+// then one record per answer, flushed as they come) and returns the path.
+std::string run(const RunConfig & cfg, const std::function<void(const Progress &)> & on_progress);
+
+// The project's bundled haystack (data/haystack/*.txt), found from the executable's or the
+// current directory.
+std::vector<std::string> default_haystack();
+
+}  // namespace kvlab::eval
