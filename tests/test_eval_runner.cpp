@@ -125,5 +125,25 @@ TEST_F(EvalRunner, ShardsResumeAndReport) {
         EXPECT_NE(html.find(m), std::string::npos) << m;
 }
 
+TEST_F(EvalRunner, QueryAwareCompressesContextAndQuestion) {
+    eval::RunConfig c = config(*dir_ + "/qa");
+    c.tasks = {"niah"};
+    c.task.depths = {0.5};
+    c.methods = {{"snapkv", {{"window", "8"}}}};
+    c.budgets = {{0.5, -1}};
+    c.query_aware = true;
+    const auto rec = answers({eval::run(c, nullptr)});
+    ASSERT_EQ(rec.size(), 2u);  // the full cache and snapkv, one question
+    eval::RunConfig agnostic = c;
+    agnostic.query_aware = false;
+    agnostic.out_dir = *dir_ + "/qa-agnostic";
+    const auto ag = answers({eval::run(agnostic, nullptr)});
+    for (const auto & [k, r] : rec) {
+        EXPECT_TRUE(r["query_aware"].get<bool>());
+        // the context holds the question too (all but its last token, fed as the query)
+        EXPECT_GT(r["context_tokens"].get<int64_t>(), ag.at(k)["context_tokens"].get<int64_t>()) << k;
+    }
+}
+
 }  // namespace
 }  // namespace kvlab

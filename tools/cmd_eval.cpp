@@ -99,9 +99,11 @@ eval::RunConfig resolve(const EvalArgs & a) {
         } catch (const nlohmann::json::exception & e) {
             throw Error("eval", a.experiment + ": not valid JSON: " + e.what());
         }
+        if (j.is_object() && !j.contains("threads")) j["threads"] = default_threads();
         c = eval::RunConfig::from_json(j);
+    } else {
+        c.threads = default_threads();
     }
-    c.threads = default_threads();
     if (!a.model.empty()) c.model = a.model;
     if (!a.tasks.empty()) c.tasks = parse_list<std::string>(a.tasks, "--tasks");
     if (!a.lengths.empty()) c.task.lengths = parse_list<int64_t>(a.lengths, "--lengths");
