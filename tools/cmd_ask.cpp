@@ -2,7 +2,6 @@
 // prefill the context once, compress its cache once, answer each question from an
 // independent copy (seed flow), with every timing and the cache's bytes.
 #include <cstdio>
-#include <numeric>
 
 #include "common.h"
 #include "kvlab/error.h"
@@ -112,16 +111,10 @@ int run_ask(const AskArgs & a) {
         if (press) {
             p.comp = compress(*press, p.cache, budget, reserve);
         } else {  // the full cache, with the same reserve
-            KeepPlan all(p.cache.n_layer(), std::vector<std::vector<int32_t>>(p.cache.n_head_kv()));
-            for (auto & layer : all)
-                for (auto & head : layer) {
-                    head.resize(tokens.size());
-                    std::iota(head.begin(), head.end(), 0);
-                }
             p.comp.rows_before = p.cache.total_rows();
             p.comp.bytes_before = p.cache.bytes();
             p.comp.used_before = p.cache.used_bytes();
-            p.cache.compact(all, reserve);
+            p.cache.fit(reserve);
             p.comp.rows_after = p.cache.total_rows();
             p.comp.bytes_after = p.cache.bytes();
             p.comp.used_after = p.cache.used_bytes();
@@ -240,9 +233,7 @@ void add_ask_command(CLI::App & app, int & rc) {
     cmd->add_option("--chunk", a->chunk, "prefill chunk size in tokens")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--attention", a->attention, "attention kernel: kvlab or ggml (see `kvlab generate --help`)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"kvlab", "ggml"}));
+    add_attention_option(cmd, a->attention);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");
     cmd->add_flag("--json", a->json, "print one JSON object: answers, timings, bytes, kept rows, provenance");
     cmd->callback([&rc, a] { rc = run_ask(*a); });

@@ -121,11 +121,7 @@ void add_bench_command(CLI::App & app, int & rc) {
     cmd->add_option("--chunk", a->chunk, "prefill chunk (ubatch) size for both engines")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--attention", a->attention,
-                    "attention kernel: kvlab (float32 on any cache shape, chunk-size invariant) or ggml "
-                    "(ggml's flash attention where a layer's heads are uniform: libllama's exact arithmetic)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"kvlab", "ggml"}));
+    add_attention_option(cmd, a->attention);
     cmd->add_flag("--json", a->json, "print the results, every repetition and the provenance as JSON");
     cmd->callback([&rc, a] { rc = run_bench(*a); });
 }

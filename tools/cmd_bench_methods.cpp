@@ -4,7 +4,6 @@
 // (their observers run side by side; each method's scoring time is its own).
 #include <algorithm>
 #include <cstdio>
-#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -82,40 +81,19 @@ int run_bench_methods(const BenchMethodsArgs & a) {
         std::vector<std::unique_ptr<Press>> presses;
         for (const std::string & n : names) presses.push_back(make_press(n, {}, *l.model));
         KvStore cache = engine.new_cache(a.context);
-        std::vector<const QueryObserver *> obs;
-        int64_t first = a.context;
-        for (auto & p : presses)
-            if (const QueryObserver * o = p->observer(cache, a.context)) {
-                obs.push_back(o);
-                first = std::min(first, o->first);
-            }
-        const int64_t per_row = int64_t(l.model->hparams().n_head) * l.model->hparams().head_dim;
-        QueryObserver all;
-        all.first = first;
-        all.on_queries = [&](int il, int64_t tok0, int64_t n, const float * q) {
-            for (const QueryObserver * o : obs)
-                if (tok0 + n > o->first) {
-                    const int64_t skip = std::max<int64_t>(0, o->first - tok0);
-                    o->on_queries(il, tok0 + skip, n - skip, q + skip * per_row);
-                }
-        };
+        ObserverSet obs(*l.model);
+        for (auto & p : presses) obs.add(p->observer(cache, a.context));
         if (!a.json)
             std::fprintf(stderr, "[bench] repetition %d/%d: prefill %d tokens ...\n", rep + 1, a.reps, a.context);
         PrefillStats ps;
-        engine.prefill(cache, toks, &ps, nullptr, obs.empty() ? nullptr : &all);
+        engine.prefill(cache, toks, &ps, nullptr, obs.get());
         double observing = 0.0;
         for (auto & p : presses) observing += p->observe_seconds();
         const double model_s = ps.seconds - observing;
         prefill_s.push_back(model_s);
         {
-            KeepPlan keep_all(cache.n_layer(), std::vector<std::vector<int32_t>>(cache.n_head_kv()));
-            for (auto & layer : keep_all)
-                for (auto & head : layer) {
-                    head.resize(size_t(a.context));
-                    std::iota(head.begin(), head.end(), 0);
-                }
             KvStore full = cache.copy();
-            full.compact(keep_all, reserve);
+            full.fit(reserve);
             full_decode.push_back(decode_speed(engine, full, toks[0], a.n_decode));
         }
         for (size_t i = 0; i < names.size(); ++i) {

@@ -174,8 +174,7 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
     cmd->add_option("--max-tokens", a->max_tokens, "most tokens per answer");
     cmd->add_option("--threads", a->threads, "CPU threads");
     cmd->add_option("--chunk", a->chunk, "prefill chunk size");
-    cmd->add_option("--attention", a->attention, "attention kernel: kvlab or ggml")
-        ->check(CLI::IsMember({"kvlab", "ggml"}));
+    add_attention_option(cmd, a->attention);
     cmd->add_option("--out", a->out, "output directory (records, report)");
     cmd->add_option("--shard", a->shard, "run shard i of N (i/N): sample k goes to shard k mod N");
 }

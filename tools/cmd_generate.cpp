@@ -124,11 +124,7 @@ void add_generate_command(CLI::App & app, int & rc) {
     cmd->add_option("--chunk", a->chunk, "prefill chunk size in tokens")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--attention", a->attention,
-                    "attention kernel: kvlab (float32 on any cache shape, chunk-size invariant) or ggml "
-                    "(ggml's flash attention where a layer's heads are uniform: libllama's exact arithmetic)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"kvlab", "ggml"}));
+    add_attention_option(cmd, a->attention);
     cmd->add_option("--logprobs", a->logprobs, "with --json: top-K log-probabilities at each generated position")
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");

@@ -7,7 +7,8 @@
 namespace kvlab::cli {
 
 void add_info_command(CLI::App & app, int & rc) {
-    auto * cmd = app.add_subcommand("info", "Print a model's provenance: file hashes, hyper-parameters, tokens, build, machine");
+    auto * cmd =
+        app.add_subcommand("info", "Print a model's provenance: file hashes, hyper-parameters, tokens, build, machine");
     auto model = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
     auto threads = std::make_shared<int>(default_threads());
@@ -39,8 +40,8 @@ void add_info_command(CLI::App & app, int & rc) {
         for (const auto & [type, count] : m["gguf"]["tensor_type_counts"].items())
             std::printf("%s:%lld ", type.c_str(), static_cast<long long>(count.get<int64_t>()));
         std::printf("\n");
-        std::printf("tokens      bos %d, eos %d, eot %d\n", p["tokens"]["bos"].get<int>(), p["tokens"]["eos"].get<int>(),
-                    p["tokens"]["eot"].get<int>());
+        std::printf("tokens      bos %d, eos %d, eot %d\n", p["tokens"]["bos"].get<int>(),
+                    p["tokens"]["eos"].get<int>(), p["tokens"]["eot"].get<int>());
         std::printf("hashes      tokenizer %s\n            chat template %s\n            metadata %s\n",
                     m["gguf"]["tokenizer_sha256"].get<std::string>().c_str(),
                     m["gguf"]["chat_template_sha256"].get<std::string>().c_str(),

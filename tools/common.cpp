@@ -23,19 +23,28 @@ Loaded load(const std::string & name_or_path, int n_threads) {
     return l;
 }
 
-int default_threads() { return std::max(1, int(std::thread::hardware_concurrency())); }
+int default_threads() {
+    return std::max(1, int(std::thread::hardware_concurrency()));
+}
 
 nlohmann::json memory_json(const Model & model, const KvStore * cache, const Engine * engine) {
     const MemInfo mi = mem_info();
-    nlohmann::json j = {{"rss_bytes", mi.rss_bytes},
-                        {"peak_rss_bytes", mi.peak_rss_bytes},
-                        {"weight_bytes", model.weight_bytes()}};
+    nlohmann::json j = {
+        {"rss_bytes", mi.rss_bytes}, {"peak_rss_bytes", mi.peak_rss_bytes}, {"weight_bytes", model.weight_bytes()}};
     if (cache) {
         j["kv_allocated_bytes"] = cache->bytes();
         j["kv_used_bytes"] = cache->used_bytes();
     }
     if (engine) j["compute_bytes"] = engine->compute_bytes();
     return j;
+}
+
+void add_attention_option(CLI::App * cmd, std::string & value) {
+    cmd->add_option("--attention", value,
+                    "attention kernel: kvlab (float32 on any cache shape, chunk-size invariant) or ggml "
+                    "(ggml's flash attention where a layer's heads are uniform: libllama's exact arithmetic)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"kvlab", "ggml"}));
 }
 
 std::string read_file(const std::string & path) {
@@ -48,10 +57,14 @@ std::string read_file(const std::string & path) {
 
 std::string human_bytes(uint64_t n) {
     char buf[64];
-    if (n >= (1ull << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", double(n) / double(1ull << 30));
-    else if (n >= (1ull << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", double(n) / double(1ull << 20));
-    else if (n >= 1024) std::snprintf(buf, sizeof(buf), "%.1f KiB", double(n) / 1024.0);
-    else std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
+    if (n >= (1ull << 30))
+        std::snprintf(buf, sizeof(buf), "%.2f GiB", double(n) / double(1ull << 30));
+    else if (n >= (1ull << 20))
+        std::snprintf(buf, sizeof(buf), "%.2f MiB", double(n) / double(1ull << 20));
+    else if (n >= 1024)
+        std::snprintf(buf, sizeof(buf), "%.1f KiB", double(n) / 1024.0);
+    else
+        std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
     return buf;
 }
 

@@ -28,6 +28,9 @@ int default_threads();
 nlohmann::json memory_json(const Model & model, const KvStore * cache, const Engine * engine);
 
 std::string read_file(const std::string & path);
+
+// --attention kvlab|ggml, the same help everywhere.
+void add_attention_option(CLI::App * cmd, std::string & value);
 std::string human_bytes(uint64_t n);
 
 // Each subcommand registers itself on the app; its callback stores the exit code.

@@ -34,7 +34,9 @@ LlamaRef::~LlamaRef() {
     if (model_) llama_model_free(model_);
 }
 
-int32_t LlamaRef::n_vocab() const { return llama_vocab_n_tokens(llama_model_get_vocab(model_)); }
+int32_t LlamaRef::n_vocab() const {
+    return llama_vocab_n_tokens(llama_model_get_vocab(model_));
+}
 
 void LlamaRef::reset() {
     llama_memory_clear(llama_get_memory(ctx_), true);

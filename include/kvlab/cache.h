@@ -70,6 +70,9 @@ public:
     // reallocates so that each segment holds exactly its kept rows plus `reserve` rows:
     // the memory of dropped rows is freed.
     void compact(const KeepPlan & keep, int64_t reserve);
+    // Keeps every row and reallocates each segment to its rows plus `reserve` (the full
+    // cache with the same reserve a compressed one gets).
+    void fit(int64_t reserve);
 
     // K or V rows of segment (il, h) as float32, [n_rows][head_dim].
     std::vector<float> read_k(int il, int h) const;

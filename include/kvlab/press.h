@@ -73,6 +73,22 @@ protected:
     friend std::unique_ptr<Press> make_press(const std::string &, const ParamMap &, const Model &);
 };
 
+// Several methods' observers on one prefill (each scores from the same queries; each
+// method's observing time stays its own): each observer sees the rows it asked for.
+class ObserverSet {
+public:
+    explicit ObserverSet(const Model & model);
+    void add(const QueryObserver * o);  // null is ignored
+    const QueryObserver * get() const;  // null when no observer was added
+    ObserverSet(const ObserverSet &) = delete;
+    ObserverSet & operator=(const ObserverSet &) = delete;
+
+private:
+    std::vector<const QueryObserver *> obs_;
+    QueryObserver all_;
+    int64_t per_row_ = 0;
+};
+
 // Throws kvlab::Error for an unknown method or parameter, or a malformed value.
 std::unique_ptr<Press> make_press(const std::string & name, const ParamMap & params, const Model & model);
 std::vector<MethodInfo> press_methods();

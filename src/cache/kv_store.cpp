@@ -192,6 +192,17 @@ void KvStore::rollback(int64_t n) {
     next_pos_ -= int32_t(n);
 }
 
+void KvStore::fit(int64_t reserve) {
+    KeepPlan all(layers_.size());
+    for (size_t il = 0; il < layers_.size(); ++il)
+        for (const auto & pos : layers_[il].pos) {
+            std::vector<int32_t> rows(pos.size());
+            for (size_t j = 0; j < rows.size(); ++j) rows[j] = int32_t(j);
+            all[il].push_back(std::move(rows));
+        }
+    compact(all, reserve);
+}
+
 void KvStore::compact(const KeepPlan & keep, int64_t reserve) {
     if (keep.size() != layers_.size()) throw Error("cache", "a compaction plan needs one entry per layer");
     if (reserve < 0) throw Error("cache", "the reserve cannot be negative");

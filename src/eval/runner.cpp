@@ -265,28 +265,14 @@ std::string run(const RunConfig & cfg, const std::function<void(const Progress &
                                         std::to_string(model->hparams().n_ctx_train));
             std::vector<std::unique_ptr<Press>> presses(configs.size());
             KvStore base = engine.new_cache(L);
-            std::vector<const QueryObserver *> obs;
-            int64_t first = L;
+            ObserverSet obs(*model);
             for (size_t c = 1; c < configs.size(); ++c) {
                 presses[c] = make_press(configs[c].method, configs[c].params, *model);
-                if (const QueryObserver * o = presses[c]->observer(base, L)) {
-                    obs.push_back(o);
-                    first = std::min(first, o->first);
-                }
+                obs.add(presses[c]->observer(base, L));
             }
-            const int64_t per_row = int64_t(model->hparams().n_head) * model->hparams().head_dim;
-            QueryObserver all;
-            all.first = first;
-            all.on_queries = [&](int il, int64_t tok0, int64_t n, const float * q) {
-                for (const QueryObserver * o : obs)
-                    if (tok0 + n > o->first) {
-                        const int64_t skip = std::max<int64_t>(0, o->first - tok0);
-                        o->on_queries(il, tok0 + skip, n - skip, q + skip * per_row);
-                    }
-            };
             tick(s.id + ": prefill " + std::to_string(L) + " tokens");
             PrefillStats ps;
-            engine.prefill(base, ctx, &ps, nullptr, obs.empty() ? nullptr : &all);
+            engine.prefill(base, ctx, &ps, nullptr, obs.get());
             double observing = 0.0;
             for (size_t c = 1; c < configs.size(); ++c) observing += presses[c]->observe_seconds();
             const double prefill_s = ps.seconds - observing;
@@ -307,13 +293,7 @@ std::string run(const RunConfig & cfg, const std::function<void(const Progress &
                 KvStore cache = base.copy();
                 CompressStats st;
                 if (c == 0) {
-                    KeepPlan keep(cache.n_layer(), std::vector<std::vector<int32_t>>(cache.n_head_kv()));
-                    for (auto & layer : keep)
-                        for (auto & head : layer) {
-                            head.resize(size_t(L));
-                            std::iota(head.begin(), head.end(), 0);
-                        }
-                    cache.compact(keep, reserve);
+                    cache.fit(reserve);
                 } else {
                     st = compress(*presses[c], cache, configs[c].budget.budget(), reserve);
                 }

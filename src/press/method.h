@@ -72,6 +72,10 @@ struct MethodRegistrar {
 
 // A scorer with a policy: the common shape of a method.
 std::unique_ptr<Press> scored_press(std::unique_ptr<Scorer> scorer, Policy policy);
+// The uniform policy: every layer keeps the budget B (each head its own rows).
+Policy uniform_policy();
+// The registration of a scorer with the uniform policy, usable as a wrapper's base.
+Registration uniform_method(MethodInfo info, ScorerFactory scorer);
 
 // Shared parameter specs.
 std::vector<ParamSpec> window_params();  // window, kernel, pooling (SnapKV family)

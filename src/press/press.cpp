@@ -1,11 +1,13 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <thread>
 
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "press/method.h"
+#include "press/policy.h"
 
 namespace kvlab {
 
@@ -189,6 +191,20 @@ std::unique_ptr<Press> scored_press(std::unique_ptr<Scorer> scorer, Policy polic
     return std::make_unique<ScoredPress>(std::move(scorer), std::move(policy));
 }
 
+Policy uniform_policy() {
+    return [](const Scores & s, const Budget & b, const KvStore &) {
+        return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
+    };
+}
+
+Registration uniform_method(MethodInfo info, ScorerFactory scorer) {
+    Registration r;
+    r.info = std::move(info);
+    r.scorer = scorer;
+    r.make = [scorer](const Params & p, const Model & m) { return scored_press(scorer(p, m), uniform_policy()); };
+    return r;
+}
+
 std::vector<ParamSpec> window_params() {
     return {{"window", "32", "observation window w: the last w context tokens, always kept"},
             {"kernel", "7", "pooling kernel size (odd; 1 disables pooling)"},
@@ -252,6 +268,27 @@ void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &
 }
 
 }  // namespace press
+
+ObserverSet::ObserverSet(const Model & model) : per_row_(int64_t(model.hparams().n_head) * model.hparams().head_dim) {
+    all_.first = std::numeric_limits<int64_t>::max();
+    all_.on_queries = [this](int il, int64_t tok0, int64_t n, const float * q) {
+        for (const QueryObserver * o : obs_)
+            if (tok0 + n > o->first) {
+                const int64_t skip = std::max<int64_t>(0, o->first - tok0);
+                o->on_queries(il, tok0 + skip, n - skip, q + skip * per_row_);
+            }
+    };
+}
+
+void ObserverSet::add(const QueryObserver * o) {
+    if (!o) return;
+    obs_.push_back(o);
+    all_.first = std::min(all_.first, o->first);
+}
+
+const QueryObserver * ObserverSet::get() const {
+    return obs_.empty() ? nullptr : &all_;
+}
 
 std::unique_ptr<Press> make_press(const std::string & name, const ParamMap & params, const Model & model) {
     const press::Registration * r = press::find_method(name);

@@ -150,22 +150,16 @@ std::unique_ptr<Scorer> make_scorer(const Params & p, const Model & m) {
 }
 
 const MethodRegistrar reg([] {
-    Registration r;
-    r.info = {"expected_attention",
-              "attention expected from future queries (query mean and covariance, RoPE-averaged), times ||v||",
-              {{"n_future", "512", "future positions the RoPE rotation is averaged over"},
-               {"n_sink", "4", "first tokens always kept and left out of the query statistics"},
-               {"covariance", "true", "include the k^T Sigma k / 2d term"},
-               {"vnorm", "true", "multiply by the value norm"}},
-              false,
-              true};
-    r.scorer = make_scorer;
-    r.make = [](const Params & p, const Model & m) {
-        return scored_press(make_scorer(p, m), [](const Scores & s, const Budget & b, const KvStore &) {
-            return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
-        });
-    };
-    return r;
+    return uniform_method(
+        MethodInfo{"expected_attention",
+                   "attention expected from future queries (query mean and covariance, RoPE-averaged), times ||v||",
+                   {{"n_future", "512", "future positions the RoPE rotation is averaged over"},
+                    {"n_sink", "4", "first tokens always kept and left out of the query statistics"},
+                    {"covariance", "true", "include the k^T Sigma k / 2d term"},
+                    {"vnorm", "true", "multiply by the value norm"}},
+                   false,
+                   true},
+        make_scorer);
 });
 
 }  // namespace

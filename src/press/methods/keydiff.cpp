@@ -34,19 +34,12 @@ std::unique_ptr<Scorer> make_scorer(const Params & p, const Model & m) {
 }
 
 const MethodRegistrar reg([] {
-    Registration r;
-    r.info = {"keydiff",
-              "keeps the keys least similar to the mean key direction (-cosine), plus sinks",
-              {{"n_sink", "4", "first tokens always kept"}},
-              false,
-              false};
-    r.scorer = make_scorer;
-    r.make = [](const Params & p, const Model & m) {
-        return scored_press(make_scorer(p, m), [](const Scores & s, const Budget & b, const KvStore &) {
-            return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
-        });
-    };
-    return r;
+    return uniform_method(MethodInfo{"keydiff",
+                                     "keeps the keys least similar to the mean key direction (-cosine), plus sinks",
+                                     {{"n_sink", "4", "first tokens always kept"}},
+                                     false,
+                                     false},
+                          make_scorer);
 });
 
 }  // namespace

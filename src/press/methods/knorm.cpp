@@ -29,15 +29,7 @@ std::unique_ptr<Scorer> make_scorer(const Params &, const Model & m) {
 }
 
 const MethodRegistrar reg([] {
-    Registration r;
-    r.info = {"knorm", "keeps the keys with the lowest L2 norm", {}, false, false};
-    r.scorer = make_scorer;
-    r.make = [](const Params & p, const Model & m) {
-        return scored_press(make_scorer(p, m), [](const Scores & s, const Budget & b, const KvStore &) {
-            return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
-        });
-    };
-    return r;
+    return uniform_method(MethodInfo{"knorm", "keeps the keys with the lowest L2 norm", {}, false, false}, make_scorer);
 });
 
 }  // namespace

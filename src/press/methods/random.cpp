@@ -35,19 +35,12 @@ std::unique_ptr<Scorer> make_scorer(const Params & p, const Model &) {
 }
 
 const MethodRegistrar reg([] {
-    Registration r;
-    r.info = {"random",
-              "uniform random scores (seeded): the floor every method must beat",
-              {{"seed", "0", "seed of the generator (per layer and head streams)"}},
-              false,
-              false};
-    r.scorer = make_scorer;
-    r.make = [](const Params & p, const Model & m) {
-        return scored_press(make_scorer(p, m), [](const Scores & s, const Budget & b, const KvStore &) {
-            return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
-        });
-    };
-    return r;
+    return uniform_method(MethodInfo{"random",
+                                     "uniform random scores (seeded): the floor every method must beat",
+                                     {{"seed", "0", "seed of the generator (per layer and head streams)"}},
+                                     false,
+                                     false},
+                          make_scorer);
 });
 
 }  // namespace

@@ -87,16 +87,9 @@ std::unique_ptr<Scorer> make_window_scorer(const Params & p, const Model & m) {
 
 namespace {
 const MethodRegistrar reg([] {
-    Registration r;
-    r.info = {"snapkv", "observation-window attention, pooled; the same budget for every layer", window_params(), false,
-              true};
-    r.scorer = make_window_scorer;
-    r.make = [](const Params & p, const Model & m) {
-        return scored_press(make_window_scorer(p, m), [](const Scores & s, const Budget & b, const KvStore &) {
-            return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
-        });
-    };
-    return r;
+    return uniform_method(MethodInfo{"snapkv", "observation-window attention, pooled; the same budget for every layer",
+                                     window_params(), false, true},
+                          make_window_scorer);
 });
 }  // namespace
 

@@ -23,22 +23,19 @@ private:
     int64_t n_sink_;
 };
 
+std::unique_ptr<Scorer> make_scorer(const Params & p, const Model &) {
+    const int64_t n_sink = p.get_int("n_sink");
+    if (n_sink < 0) throw Error("press", "streaming_llm: n_sink must be non-negative");
+    return std::make_unique<RecencyScorer>(n_sink);
+}
+
 const MethodRegistrar reg([] {
-    Registration r;
-    r.info = {"streaming_llm",
-              "attention sinks plus the most recent tokens",
-              {{"n_sink", "4", "first tokens always kept (attention sinks)"}},
-              false,
-              false};
-    r.make = [](const Params & p, const Model &) {
-        const int64_t n_sink = p.get_int("n_sink");
-        if (n_sink < 0) throw Error("press", "streaming_llm: n_sink must be non-negative");
-        return scored_press(std::make_unique<RecencyScorer>(n_sink),
-                            [](const Scores & s, const Budget & b, const KvStore &) {
-                                return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
-                            });
-    };
-    return r;
+    return uniform_method({"streaming_llm",
+                           "attention sinks plus the most recent tokens",
+                           {{"n_sink", "4", "first tokens always kept (attention sinks)"}},
+                           false,
+                           false},
+                          make_scorer);
 });
 
 }  // namespace

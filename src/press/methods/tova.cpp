@@ -66,19 +66,13 @@ std::unique_ptr<Scorer> make_scorer(const Params &, const Model & m) {
 }
 
 const MethodRegistrar reg([] {
-    Registration r;
-    r.info = {"tova",
-              "attention of the last context token, averaged over the layer's heads; one set per layer",
-              {},
-              false,
-              true};
-    r.scorer = make_scorer;
-    r.make = [](const Params & p, const Model & m) {
-        return scored_press(make_scorer(p, m), [](const Scores & s, const Budget & b, const KvStore &) {
-            return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), b.per_layer(s.L)));
-        });
-    };
-    return r;
+    return uniform_method(
+        MethodInfo{"tova",
+                   "attention of the last context token, averaged over the layer's heads; one set per layer",
+                   {},
+                   false,
+                   true},
+        make_scorer);
 });
 
 }  // namespace
