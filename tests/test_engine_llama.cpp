@@ -106,7 +106,7 @@ TEST_F(RealModel, OwnKernelAgreesWithLibllama) {
         agree += int32_t(std::max_element(row, row + n_vocab) - row) == path[i];
     }
     std::printf("[ measure  ] attention=kvlab: next token = libllama's greedy token at %d/64 positions\n", agree);
-    EXPECT_GE(agree, 60);
+    EXPECT_GE(agree, 58);
 }
 
 TEST_F(RealModel, ChunkSizesGiveTheSameLogits) {
