@@ -3,9 +3,11 @@
 #include "press/scoring.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "kvlab/error.h"
 
@@ -14,9 +16,9 @@ namespace kvlab::press {
 namespace {
 
 constexpr int k_lanes = 16;
-constexpr int k_block = 64;  // keys per register block
+constexpr int k_block = 32;  // keys per register block
 constexpr int k_kv = k_block / k_lanes;
-constexpr int k_max_group = 4;  // query heads sharing one pass over the keys
+constexpr int k_max_vecs = 12;  // query vectors (rows x heads of a group) sharing one pass over the keys
 typedef float v16 __attribute__((vector_size(k_lanes * sizeof(float))));
 typedef float v16u __attribute__((vector_size(k_lanes * sizeof(float)), aligned(alignof(float))));  // unaligned
 
@@ -36,6 +38,14 @@ void block_scores(const float * kt, int64_t nk_pad, int64_t vis, const float * q
         for (int g = 0; g < NG; ++g) std::memcpy(p + size_t(g) * nk_pad + jb, acc[g], sizeof(acc[g]));
     }
 }
+
+using BlockScores = void (*)(const float *, int64_t, int64_t, const float *, int, float *);
+template <int... N>
+constexpr auto block_scores_table(std::integer_sequence<int, N...>) {
+    return std::array<BlockScores, sizeof...(N)>{&block_scores<N + 1>...};
+}
+// block_scores_for[n - 1] handles n vectors
+constexpr auto block_scores_for = block_scores_table(std::make_integer_sequence<int, k_max_vecs>{});
 
 float dot(const float * a, const float * b, int d) {
     float s = 0.0f;
@@ -108,31 +118,26 @@ void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_
     std::vector<float> kt(static_cast<size_t>(d * nk_pad), 0.0f);
     for (int64_t j = 0; j < nk; ++j)
         for (int e = 0; e < d; ++e) kt[size_t(e) * nk_pad + j] = k[j * d + e];
-    std::vector<float> p(static_cast<size_t>(group * nk_pad));
-    std::vector<float> qs(static_cast<size_t>(group * d));
-    for (int64_t r = 0; r < n; ++r) {
-        const int64_t vis = p0 + r + 1;
-        for (int g = 0; g < group; ++g)
-            for (int e = 0; e < d; ++e) qs[size_t(g) * d + e] = q[r * q_stride + g * d + e] * scale;
-        for (int g0 = 0; g0 < group; g0 += k_max_group) {
-            const float * qg = qs.data() + size_t(g0) * d;
-            float * pg = p.data() + size_t(g0) * nk_pad;
-            switch (std::min(k_max_group, group - g0)) {
-                case 1:
-                    block_scores<1>(kt.data(), nk_pad, vis, qg, d, pg);
-                    break;
-                case 2:
-                    block_scores<2>(kt.data(), nk_pad, vis, qg, d, pg);
-                    break;
-                case 3:
-                    block_scores<3>(kt.data(), nk_pad, vis, qg, d, pg);
-                    break;
-                default:
-                    block_scores<4>(kt.data(), nk_pad, vis, qg, d, pg);
-            }
+    // a tile of rows, all their group's heads: up to k_max_vecs query vectors per pass
+    const int tile = std::max(1, k_max_vecs / group);
+    std::vector<float> p(static_cast<size_t>(tile * group * nk_pad));
+    std::vector<float> qs(static_cast<size_t>(tile * group * d));
+    for (int64_t r0 = 0; r0 < n; r0 += tile) {
+        const int64_t r1 = std::min<int64_t>(n, r0 + tile);
+        const int nv = int(r1 - r0) * group;
+        for (int64_t r = r0; r < r1; ++r)
+            for (int g = 0; g < group; ++g)
+                for (int e = 0; e < d; ++e)
+                    qs[(size_t(r - r0) * group + g) * d + e] = q[r * q_stride + g * d + e] * scale;
+        const int64_t vis_max = p0 + r1;  // the tile's last row sees the most keys
+        for (int v0 = 0; v0 < nv; v0 += k_max_vecs) {
+            const int nb = std::min(k_max_vecs, nv - v0);
+            block_scores_for[nb - 1](kt.data(), nk_pad, vis_max, qs.data() + size_t(v0) * d, d,
+                                     p.data() + size_t(v0) * nk_pad);
         }
-        for (int g = 0; g < group; ++g) {
-            float * pg = p.data() + size_t(g) * nk_pad;
+        for (int v = 0; v < nv; ++v) {
+            const int64_t vis = p0 + r0 + v / group + 1;
+            float * pg = p.data() + size_t(v) * nk_pad;
             float m = pg[0];
             for (int64_t j = 1; j < vis; ++j) m = std::max(m, pg[j]);
             float sum = 0.0f;
