@@ -128,5 +128,20 @@ TEST_F(BadInput, AskRefusesBadMethodsBudgetsAndContexts) {
                      {"exceeds the model's context of 64 tokens"});
 }
 
+TEST_F(BadInput, EvalRefusesBadExperiments) {
+    const std::string eval = "eval --model " + good_ + " --out " + dir_ + "/ev ";
+    expect_cli_error(eval + "--tasks nosuchtask", {"nosuchtask", "niah"});
+    expect_cli_error(eval + "--methods snapkv", {"methods need at least one budget"});
+    expect_cli_error(eval + "--methods snapkvv --ratios 0.5", {"unknown method 'snapkvv'"});
+    expect_cli_error(eval + "--methods snapkv --ratios 1.2", {"ratio must lie in [0, 1)"});
+    expect_cli_error(eval + "--shard 3/2", {"shard must be i/N"});
+    expect_cli_error(eval + "--lengths 1k", {"bad value '1k' in --lengths"});
+    const auto bad_key = write("exp.json", R"({"model": "x", "lenghts": [512]})");
+    expect_cli_error("eval " + bad_key, {"unknown experiment key 'lenghts'"});
+    const auto not_json = write("exp2.json", "{model: x");
+    expect_cli_error("eval " + not_json, {"not valid JSON"});
+    expect_cli_error("report " + dir_ + "/nothing-here", {"no such file or directory"});
+}
+
 }  // namespace
 }  // namespace kvlab
