@@ -161,6 +161,10 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
         cache.rollback(n);
         throw Error("engine", msg);
     };
+    // ggml's allocator reuses its last plan for a graph of the same shape without looking at
+    // output flags: a graph whose queries are outputs (observed) must get a fresh plan, or
+    // their memory is shared with later nodes as in the unobserved graph before it.
+    if (observe && !ggml_gallocr_reserve(galloc_, gf)) fail("could not reserve the compute buffer");
     if (!ggml_gallocr_alloc_graph(galloc_, gf)) fail("could not allocate the compute buffer");
 
     ggml_backend_tensor_set(in.tokens, tokens, 0, n * sizeof(int32_t));
