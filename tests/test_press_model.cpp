@@ -66,16 +66,15 @@ protected:
         Engine e(*model_, EngineOptions{k_chunk});
         const int64_t per_row = int64_t(hp().n_head) * hp().head_dim;
         if (q_all) q_all->assign(hp().n_layer, std::vector<float>(size_t(k_L * per_row)));
-        QueryObserver both;
-        both.first = 0;
-        both.on_queries = [&](int il, int64_t tok0, int64_t n, const float * q) {
-            if (q_all) std::copy(q, q + n * per_row, (*q_all)[il].begin() + tok0 * per_row);
-            if (obs && tok0 + n > obs->first) {
-                const int64_t skip = std::max<int64_t>(0, obs->first - tok0);
-                obs->on_queries(il, tok0 + skip, n - skip, q + skip * per_row);
-            }
+        QueryObserver capture;
+        capture.first = 0;
+        capture.on_queries = [&](int il, int64_t tok0, int64_t n, const float * q) {
+            std::copy(q, q + n * per_row, (*q_all)[il].begin() + tok0 * per_row);
         };
-        e.prefill(cache, context(), nullptr, nullptr, &both);
+        ObserverSet both(*model_);
+        both.add(obs);
+        if (q_all) both.add(&capture);
+        e.prefill(cache, context(), nullptr, nullptr, both.get());
     }
     // The context prefilled and compressed by `method`; reserve rows per segment.
     static KvStore compressed(const std::string & method, const Budget & b, const ParamMap & params = {},
@@ -232,6 +231,33 @@ TEST_F(PressModel, EveryScorerMatchesAPlainReference) {
                 expect_same_rows(plan[il][hh], ref[il][hh], c.n_sink, c.window, B,
                                  method + " layer " + std::to_string(il) + " head " + std::to_string(hh));
     }
+}
+
+// An observer that asks only for the last rows (the SnapKV window) gets the same queries
+// as one that sees every row, whatever graph ran before (ggml's allocator reuses its plan
+// for graphs of the same shape: the queries' memory must not be reused).
+TEST_F(PressModel, APartialObserverSeesTheSameQueries) {
+    const int64_t per_row = int64_t(hp().n_head) * hp().head_dim;
+    std::vector<std::vector<float>> seen;
+    for (int64_t first : {int64_t(0), k_L - 32, k_L - 1}) {
+        std::vector<float> got(size_t(hp().n_layer * k_L * per_row), 0.0f);
+        QueryObserver o;
+        o.first = first;
+        o.on_queries = [&](int il, int64_t tok0, int64_t n, const float * q) {
+            ASSERT_GE(tok0, first);
+            std::copy(q, q + n * per_row, got.begin() + (il * k_L + tok0) * per_row);
+        };
+        KvStore c = new_cache();
+        Engine(*model_, EngineOptions{k_chunk}).prefill(c, context(), nullptr, nullptr, &o);
+        seen.push_back(got);
+    }
+    for (int il = 0; il < hp().n_layer; ++il)
+        for (size_t v = 1; v < seen.size(); ++v) {
+            const int64_t first = v == 1 ? k_L - 32 : k_L - 1;
+            const auto a = seen[0].begin() + (il * k_L + first) * per_row,
+                       b = seen[v].begin() + (il * k_L + first) * per_row;
+            EXPECT_TRUE(std::equal(a, a + (k_L - first) * per_row, b)) << "layer " << il << ", first " << first;
+        }
 }
 
 // ggml's own RoPE (an implementation independent of kvlab's) applied to m vectors [m][d]

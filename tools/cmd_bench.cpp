@@ -22,12 +22,6 @@ struct BenchArgs {
     bool json = false;
 };
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int run_bench(const BenchArgs & a) {
     Loaded l = load(a.model, a.threads);
     const int max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());

@@ -23,12 +23,6 @@ struct BenchMethodsArgs {
     bool json = false;
 };
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 std::vector<std::string> split(const std::string & s) {
     std::vector<std::string> out;
     std::stringstream ss(s);

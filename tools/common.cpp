@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -45,6 +46,12 @@ void add_attention_option(CLI::App * cmd, std::string & value) {
                     "(ggml's flash attention where a layer's heads are uniform: libllama's exact arithmetic)")
         ->capture_default_str()
         ->check(CLI::IsMember({"kvlab", "ggml"}));
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string read_file(const std::string & path) {

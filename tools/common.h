@@ -27,6 +27,9 @@ int default_threads();
 // Process and buffer memory figures, in bytes.
 nlohmann::json memory_json(const Model & model, const KvStore * cache, const Engine * engine);
 
+// The median of repetitions (0 for none).
+double median(std::vector<double> v);
+
 std::string read_file(const std::string & path);
 
 // --attention kvlab|ggml, the same help everywhere.
