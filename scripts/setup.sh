@@ -2,16 +2,26 @@
 # One-step set-up on a fresh machine: system packages and the pinned llama.cpp build
 # (scripts/deps.sh), the default model (scripts/models.sh), then kvlab itself (CMake + Ninja).
 # Idempotent and cached: a second run only rebuilds what changed. Prints nothing on stdout.
+# With --tests it also installs what the test suite needs and builds build/kvlab_tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-prefix=$(bash "$root/scripts/deps.sh" | tail -n 1)
+tests=()
+[ "${1:-}" = "--tests" ] && tests=(--tests)
+prefix=$(bash "$root/scripts/deps.sh" "${tests[@]}" | tail -n 1)
 bash "$root/scripts/models.sh" smollm2-135m >/dev/null
 build="${KVLAB_BUILD_DIR:-$root/build}"
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-if [ ! -f "$build/build.ninja" ]; then
+options=()
+if [ ${#tests[@]} -gt 0 ]; then
+  options=(-DKVLAB_BUILD_TESTS=ON)
+elif [ ! -f "$build/build.ninja" ]; then
+  options=(-DKVLAB_BUILD_TESTS=OFF)
+fi
+if [ ! -f "$build/build.ninja" ] || [ ${#tests[@]} -gt 0 ]; then
   echo "[setup] configuring kvlab in $build" >&2
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVLAB_DEPS_PREFIX="$prefix" "${launcher[@]}" >&2
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVLAB_DEPS_PREFIX="$prefix" "${options[@]}" \
+    "${launcher[@]}" >&2
 fi
 echo "[setup] building kvlab" >&2
 cmake --build "$build" -j "$(nproc)" >&2

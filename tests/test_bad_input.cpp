@@ -60,6 +60,13 @@ protected:
         EXPECT_EQ(r.exit_code, 1) << r.output;
         for (const auto & f : fragments) EXPECT_NE(r.output.find(f), std::string::npos) << r.output;
     }
+    // A malformed option: CLI11's usage error (its own exit code, never a signal) naming it.
+    void expect_usage_error(const std::string & args, const std::vector<std::string> & fragments) {
+        const auto r = test::run_command(test::kvlab_binary() + " " + args);
+        EXPECT_GT(r.exit_code, 0) << r.output;
+        EXPECT_LT(r.exit_code, 128) << r.output;
+        for (const auto & f : fragments) EXPECT_NE(r.output.find(f), std::string::npos) << r.output;
+    }
     std::string dir_, good_;
 };
 
@@ -129,18 +136,29 @@ TEST_F(BadInput, AskRefusesBadMethodsBudgetsAndContexts) {
 }
 
 TEST_F(BadInput, EvalRefusesBadExperiments) {
-    const std::string eval = "eval --model " + good_ + " --out " + dir_ + "/ev ";
+    const std::string eval = "eval " + good_ + " --out " + dir_ + "/ev ";
     expect_cli_error(eval + "--tasks nosuchtask", {"nosuchtask", "niah"});
     expect_cli_error(eval + "--methods snapkv", {"methods need at least one budget"});
     expect_cli_error(eval + "--methods snapkvv --ratios 0.5", {"unknown method 'snapkvv'"});
     expect_cli_error(eval + "--methods snapkv --ratios 1.2", {"ratio must lie in [0, 1)"});
-    expect_cli_error(eval + "--shard 3/2", {"shard must be i/N"});
-    expect_cli_error(eval + "--lengths 1k", {"bad value '1k' in --lengths"});
+    expect_cli_error(eval + "--shard 3/2", {"--shard takes i/N", "3/2"});
+    expect_cli_error(eval + "--shard a/b", {"--shard takes i/N", "a/b"});
+    expect_cli_error(eval + "--methods snapkv,h2o --ratios 0.5 --param window=4", {"say which with METHOD:KEY=VALUE"});
+    expect_cli_error(eval + "--methods snapkv --ratios 0.5 --param h2o:normalize=1", {"no method h2o in the run"});
+    expect_usage_error(eval + "--lengths 1k", {"--lengths", "1k"});
     const auto bad_key = write("exp.json", R"({"model": "x", "lenghts": [512]})");
-    expect_cli_error("eval " + bad_key, {"unknown experiment key 'lenghts'"});
+    expect_cli_error("eval " + bad_key, {"exp.json", "unknown experiment key 'lenghts'"});
     const auto not_json = write("exp2.json", "{model: x");
-    expect_cli_error("eval " + not_json, {"not valid JSON"});
+    expect_cli_error("eval " + not_json, {"exp2.json", "not valid JSON"});
+    expect_cli_error("eval " + good_ + " " + good_, {"two models"});
     expect_cli_error("report " + dir_ + "/nothing-here", {"no such file or directory"});
+}
+
+TEST_F(BadInput, BenchMethodsRefusesBadMethodsAndParams) {
+    const std::string bench = "bench-methods " + good_ + " --reps 1 --decode 2 ";
+    expect_cli_error(bench + "--context 16 --methods snapkvv", {"unknown method 'snapkvv'"});
+    expect_cli_error(bench + "--context 16 --methods snapkv --param snapkv:windw=4", {"unknown parameter 'windw'"});
+    expect_cli_error(bench + "--context 100", {"exceeds the model's context of 64 tokens"});
 }
 
 }  // namespace

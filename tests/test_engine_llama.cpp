@@ -1,10 +1,14 @@
 // kvlab's engine against libllama on the real default model (SmolLM2-135M-Instruct Q4_1):
-// logits at every position of a 512-token text, greedy generation, chunk sizes, copies.
+// with ggml's attention, the same logits bit for bit at every position of a 512-token text
+// and the same greedy generation; with kvlab's own kernel, agreement along libllama's greedy
+// path (teacher-forced); chunk-size invariance; copies of a cache.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 
+#include "eval/metrics.h"
 #include "ggml.h"
 #include "kvlab/engine.h"
 #include "kvlab/registry.h"
@@ -15,12 +19,12 @@
 namespace kvlab {
 namespace {
 
-// With attention=ggml both engines run the same ggml kernels on the same weights; what
-// may differ is the order of some reductions (fused ops in llama.cpp). The bound on
-// |Δlogit| over a 49152-token vocabulary:
-constexpr float k_logit_bound = 1e-2f;
 constexpr int k_threads = 2;
+constexpr int k_greedy = 64;  // tokens of libllama's greedy path
 
+// The model, its tokenizer, and what several tests compare against, each computed once per
+// process on first use (CTest runs every test in a process of its own; a plain run of
+// kvlab_tests shares them).
 class RealModel : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
@@ -29,10 +33,13 @@ protected:
         tok_ = new Tokenizer(*path_);
     }
     static void TearDownTestSuite() {
+        delete greedy_;
         delete tok_;
         delete model_;
         delete path_;
+        greedy_ = nullptr;
     }
+    static int64_t n_vocab() { return model_->hparams().n_vocab; }
     static std::vector<int32_t> text_tokens(size_t n) {
         std::vector<int32_t> t = tok_->encode(test::test_text("avg.txt"));
         EXPECT_GE(t.size(), n);
@@ -47,32 +54,58 @@ protected:
         e.prefill(c, toks, nullptr, &all);
         return all;
     }
+    static std::vector<int32_t> story_prompt() {
+        return tok_->chat({{"user", "Write a short story about a lighthouse keeper."}});
+    }
+    // libllama's greedy continuation of the story prompt (k_greedy tokens, no EOG stop), as
+    // LlamaRef::greedy makes it (prompt, then one token at a time), with the logits that
+    // chose each token: logits row i predicts tokens[i].
+    struct Greedy {
+        std::vector<int32_t> tokens;
+        std::vector<float> logits;  // [k_greedy][n_vocab]
+    };
+    static const Greedy & greedy_path() {
+        if (!greedy_) {
+            LlamaRef ref(*path_, k_threads, 512);
+            greedy_ = new Greedy;
+            std::vector<float> l = ref.decode(story_prompt(), false);
+            for (int i = 0; i < k_greedy; ++i) {
+                greedy_->logits.insert(greedy_->logits.end(), l.begin(), l.end());
+                greedy_->tokens.push_back(int32_t(std::max_element(l.begin(), l.end()) - l.begin()));
+                if (i + 1 < k_greedy) l = ref.decode({greedy_->tokens.back()}, false);
+            }
+        }
+        return *greedy_;
+    }
+    // Rows [first, first + n) of row-major logits.
+    static std::vector<float> rows(const std::vector<float> & all, size_t first, size_t n) {
+        return {all.begin() + first * n_vocab(), all.begin() + (first + n) * n_vocab()};
+    }
     static inline std::string * path_ = nullptr;
     static inline Model * model_ = nullptr;
     static inline Tokenizer * tok_ = nullptr;
+    static inline Greedy * greedy_ = nullptr;
 };
 
+// With attention=ggml both engines run the same ggml kernels on the same weights and
+// threads: the logits are bit-identical (measured: max |dlogit| = 0 over 512 positions).
 TEST_F(RealModel, LogitsMatchLibllamaAt512Positions) {
     const auto toks = text_tokens(512);
     const auto ours = kvlab_logits(toks, 512, AttentionKernel::ggml);
     LlamaRef ref(*path_, k_threads, 1024);
-    const auto theirs = ref.decode(toks, true);
-    const auto d = test::compare_logits(ours, theirs, model_->hparams().n_vocab);
+    const auto d = test::compare_logits(ours, ref.decode(toks, true), n_vocab());
+    EXPECT_EQ(d.max_abs, 0.0f) << "attention=ggml differs from libllama";
     EXPECT_EQ(d.top1_mismatch, 0) << "first top-1 mismatch at position " << d.first_mismatch;
-    EXPECT_LT(d.max_abs, k_logit_bound);
-    std::printf("[ measure  ] attention=ggml: max |dlogit| vs libllama over 512 positions: %.3g\n", d.max_abs);
 }
 
 TEST_F(RealModel, Greedy64TokensMatchLibllama) {
-    const auto prompt = tok_->chat({{"user", "Write a short story about a lighthouse keeper."}});
+    const auto prompt = story_prompt();
     Engine e(*model_, EngineOptions{512, AttentionKernel::ggml});
-    KvStore c = e.new_cache(int64_t(prompt.size()) + 64);
+    KvStore c = e.new_cache(int64_t(prompt.size()) + k_greedy);
     GenerateOptions go;
-    go.max_tokens = 64;
+    go.max_tokens = k_greedy;
     go.stop_on_eog = false;
-    const GenerateResult r = e.generate(c, prompt, go);
-    LlamaRef ref(*path_, k_threads, 512);
-    EXPECT_EQ(r.tokens, ref.greedy(prompt, 64));
+    EXPECT_EQ(e.generate(c, prompt, go).tokens, greedy_path().tokens);
 }
 
 // kvlab's own kernel computes attention in float32 where ggml's rounds to F16 or sums in
@@ -81,47 +114,59 @@ TEST_F(RealModel, Greedy64TokensMatchLibllama) {
 // output flips some roundings and the flips compound over 30 layers: the two kernels
 // cannot agree to 1e-2 on this model, and no kernel other than ggml's own can. The
 // precision of the kernel is tested where no activation is quantized (test_tiny_archs:
-// float32 weights, < 1e-3 from libllama) and against a plain reference
-// (test_attention). Here: libllama's greedy path, teacher-forced through kvlab, agrees on
-// the next token at nearly every position, and the logits stay close.
-TEST_F(RealModel, OwnKernelAgreesWithLibllama) {
-    const auto toks = text_tokens(512);
-    LlamaRef ref(*path_, k_threads, 1024);
-    const auto d = test::compare_logits(kvlab_logits(toks, 512), ref.decode(toks, true), model_->hparams().n_vocab);
-    std::printf("[ measure  ] attention=kvlab: max |dlogit| vs libllama %.3g, top-1 mismatches %lld/512\n", d.max_abs,
-                static_cast<long long>(d.top1_mismatch));
-    EXPECT_LE(d.top1_mismatch, 512 / 20);
-    EXPECT_LT(d.max_abs, 3.0f);
-
-    const auto prompt = tok_->chat({{"user", "Write a short story about a lighthouse keeper."}});
-    LlamaRef gref(*path_, k_threads, 512);
-    const auto path = gref.greedy(prompt, 64);
+// float32 weights, < 1e-3 from libllama) and against a plain reference (test_attention).
+//
+// Here, teacher-forced along libllama's greedy path (the prompt and libllama's 64 greedy
+// tokens prefilled through kvlab): top-1 agreement = the fraction of the 64 positions where
+// kvlab's argmax is libllama's greedy token, and the mean KL(libllama || kvlab) of the
+// next-token distributions, libllama's being those it chose the tokens from.
+// Measured on an "Intel(R) Xeon(R) Processor" (/proc/cpuinfo; AVX-512, 2 threads): top-1
+// 61/64 = 0.953, mean KL 0.00367 (max 0.0145; max |dlogit| 1.35). Another CPU gave 58/64 =
+// 0.906 for the same top-1 statistic, a noticeably worse tail, so the bounds leave a
+// generous margin over this CPU's values: top-1 >= measured - 0.1 (55/64) and mean KL <=
+// 3 x measured. The test prints both statistics: state them when a bound is revised.
+TEST_F(RealModel, OwnKernelAgreesWithLibllamaAlongItsGreedyPath) {
+    constexpr double k_top1_measured = 61.0 / 64.0, k_kl_measured = 0.00367;
+    const auto prompt = story_prompt();
+    const Greedy & g = greedy_path();
     std::vector<int32_t> seq = prompt;
-    seq.insert(seq.end(), path.begin(), path.end() - 1);
-    const auto ours = kvlab_logits(seq, 512);
-    const int64_t n_vocab = model_->hparams().n_vocab;
+    seq.insert(seq.end(), g.tokens.begin(), g.tokens.end() - 1);
+    // the rows that predict tokens[0..63]: from the prompt's last token on
+    const auto ours = rows(kvlab_logits(seq, 512), prompt.size() - 1, g.tokens.size());
+
     int agree = 0;
-    for (size_t i = 0; i < path.size(); ++i) {
-        const float * row = ours.data() + (prompt.size() - 1 + i) * n_vocab;
-        agree += int32_t(std::max_element(row, row + n_vocab) - row) == path[i];
+    for (size_t i = 0; i < g.tokens.size(); ++i) {
+        const float * row = ours.data() + i * n_vocab();
+        agree += int32_t(std::max_element(row, row + n_vocab()) - row) == g.tokens[i];
     }
-    std::printf("[ measure  ] attention=kvlab: next token = libllama's greedy token at %d/64 positions\n", agree);
-    EXPECT_GE(agree, 58);
+    const double top1 = double(agree) / double(g.tokens.size());
+    const eval::Fidelity f = eval::fidelity(g.logits, ours, n_vocab());
+    std::printf(
+        "[ measure  ] attention=kvlab along libllama's greedy path: top-1 %d/%zu = %.3f, "
+        "mean KL(libllama || kvlab) %.4g (max %.3g), max |dlogit| %.3g\n",
+        agree, g.tokens.size(), top1, f.kl_mean, f.kl_max, test::compare_logits(ours, g.logits, n_vocab()).max_abs);
+    EXPECT_GE(top1, k_top1_measured - 0.1);
+    EXPECT_LE(f.kl_mean, 3.0 * k_kl_measured);
 }
 
+// kvlab's kernel: the result of a query row never depends on its chunk: bit-identical. A
+// row depends only on the tokens up to it, so each chunk size runs on a prefix of one text
+// and is compared with the same rows of a single whole-text prefill: chunk 1 (decode steps)
+// on 48 tokens, 7 on 120, 64 and 100 on all 200 (partial last chunks; the kernel's 16-row
+// query tiles and 64-row key blocks cut at other places than the chunks).
 TEST_F(RealModel, ChunkSizesGiveTheSameLogits) {
-    // kvlab's kernel: the result of a query row never depends on its chunk: bit-identical.
-    const auto toks = text_tokens(512);
-    const int64_t n_vocab = model_->hparams().n_vocab;
-    const auto base = kvlab_logits(toks, 512);
-    for (int chunk : {1, 7, 64, 100}) {
-        const auto d = test::compare_logits(kvlab_logits(toks, chunk), base, n_vocab);
+    constexpr size_t n = 200;
+    const auto toks = text_tokens(n);
+    const auto base = kvlab_logits(toks, int(n));
+    for (const auto & [chunk, len] : {std::pair<int, size_t>{1, 48}, {7, 120}, {64, n}, {100, n}}) {
+        const std::vector<int32_t> prefix(toks.begin(), toks.begin() + len);
+        const auto d = test::compare_logits(kvlab_logits(prefix, chunk), rows(base, 0, len), n_vocab());
         EXPECT_EQ(d.max_abs, 0.0f) << "chunk " << chunk;
         EXPECT_EQ(d.top1_mismatch, 0) << "chunk " << chunk;
     }
     // ggml's flash attention from its 64-row tile up is row-independent as well.
-    const auto base_ggml = kvlab_logits(toks, 512, AttentionKernel::ggml);
-    const auto d = test::compare_logits(kvlab_logits(toks, 128, AttentionKernel::ggml), base_ggml, n_vocab);
+    const auto d = test::compare_logits(kvlab_logits(toks, 128, AttentionKernel::ggml),
+                                        kvlab_logits(toks, int(n), AttentionKernel::ggml), n_vocab());
     EXPECT_EQ(d.max_abs, 0.0f) << "attention=ggml, chunk 128";
 }
 

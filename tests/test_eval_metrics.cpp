@@ -1,14 +1,19 @@
 // Evaluation metrics (eval/metrics.h) on hand-checked cases from RULER's and SQuAD v1.1's
 // definitions, KL and fidelity on hand-computed logits; reports (eval/report.h) on
-// synthetic records: grouping, order, means, the markdown table, the SVG plots, the HTML
-// page (rendered by headless chromium where installed) and JSONL reading.
+// synthetic records: grouping, order, means, the markdown table, the SVG plots (parsed with
+// tinyxml2), the HTML page (rendered by headless chromium where installed: its DOM must hold
+// the markdown table's cells) and JSONL reading.
 #include <gtest/gtest.h>
+#include <tinyxml2.h>
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -120,7 +125,6 @@ TEST(EvalMetrics, KlDivergence) {
     const float q[2] = {0.0f, float(std::log(3.0))};
     const double want = 0.5 * std::log(2.0) + 0.5 * std::log(2.0 / 3.0);
     EXPECT_NEAR(eval::kl_divergence(p, q, 2), want, 1e-7);
-    EXPECT_GT(eval::kl_divergence(p, q, 2), 0.0);
     // invariant to a constant added to either row; large logits stay finite
     const float p2[2] = {100.0f, 100.0f};
     const float q2[2] = {-50.0f, -50.0f + float(std::log(3.0))};
@@ -249,47 +253,158 @@ TEST(EvalReport, MarkdownTable) {
     EXPECT_FALSE(has_nonfinite(md));
 }
 
-void expect_svg(const std::string & svg, size_t n_polyline, size_t n_circle) {
-    EXPECT_EQ(svg.rfind("<svg", 0), 0u);
-    ASSERT_GE(svg.size(), 7u);
-    EXPECT_NE(svg.find("</svg>", svg.size() - 8), std::string::npos);
-    EXPECT_EQ(count(svg, "<svg"), 1u);
-    EXPECT_EQ(count(svg, "<polyline"), n_polyline) << svg;
-    EXPECT_EQ(count(svg, "<circle"), n_circle) << svg;
-    EXPECT_EQ(count(svg, "<g>"), count(svg, "</g>"));
-    EXPECT_EQ(count(svg, "<text"), count(svg, "</text>"));
-    EXPECT_EQ(count(svg, "<"), count(svg, ">")) << svg;  // no unescaped brackets in text
-    for (const char * bad : {"nan", "NaN", "inf", "Inf"}) EXPECT_EQ(svg.find(bad), std::string::npos) << bad << svg;
-    EXPECT_FALSE(has_nonfinite(svg));
-    // every & starts an entity
-    for (size_t i = svg.find('&'); i != std::string::npos; i = svg.find('&', i + 1)) {
-        const size_t semi = svg.find(';', i);
-        ASSERT_NE(semi, std::string::npos);
-        EXPECT_LE(semi - i, 6u);
+// An SVG as tinyxml2 parsed it: elements counted by name, the contents of every <text> and
+// <title>, and the data series (a <g> whose <title> names it, with a polyline and/or markers).
+struct SvgTree {
+    std::map<std::string, size_t> n;  // elements by name
+    std::vector<std::string> texts, titles;
+    struct Group {
+        std::string title;
+        std::vector<std::vector<double>> polylines;  // flattened x,y pairs
+        size_t n_circle = 0, n_rect = 0;
+    };
+    std::vector<Group> groups;
+    std::vector<std::string> dashed;  // names of the elements with a stroke-dasharray
+    const SvgTree::Group * group(const std::string & title) const {
+        for (const Group & g : groups)
+            if (g.title == title) return &g;
+        return nullptr;
     }
+    bool has_text(const std::string & t) const { return std::find(texts.begin(), texts.end(), t) != texts.end(); }
+    bool has_title(const std::string & t) const { return std::find(titles.begin(), titles.end(), t) != titles.end(); }
+};
+
+// A number attribute: the whole value parses as a finite double.
+bool finite_number(const char * v, double * out = nullptr) {
+    if (!v || !*v) return false;
+    char * end = nullptr;
+    const double d = std::strtod(v, &end);
+    if (out) *out = d;
+    return *end == '\0' && std::isfinite(d);
+}
+
+// Parses one SVG document and checks what holds for every plot: well-formed XML (so no raw
+// '<' or '&' in a text), one <svg> root in the SVG namespace, every coordinate a finite
+// number, every data point (polyline vertex, circle) inside the plot frame (the unfilled
+// <rect>), and no "nan"/"inf" in any text; n_polyline and n_circle elements.
+SvgTree parse_svg(const std::string & svg, size_t n_polyline, size_t n_circle) {
+    SvgTree t;
+    tinyxml2::XMLDocument doc;
+    const auto err = doc.Parse(svg.c_str(), svg.size());
+    EXPECT_EQ(err, tinyxml2::XML_SUCCESS) << doc.ErrorStr() << "\n" << svg;
+    const tinyxml2::XMLElement * root = doc.RootElement();
+    if (err != tinyxml2::XML_SUCCESS || !root) {
+        ADD_FAILURE() << "no SVG root element";
+        return t;
+    }
+    EXPECT_STREQ(root->Name(), "svg");
+    EXPECT_STREQ(root->Attribute("xmlns"), "http://www.w3.org/2000/svg");
+    EXPECT_STREQ(root->Attribute("viewBox"), "0 0 640 400");
+    EXPECT_EQ(root->NextSiblingElement(), nullptr);
+
+    std::vector<std::pair<double, double>> points;  // every data point, checked against the frame below
+    double frame[4] = {NAN, NAN, NAN, NAN};         // x0, y0, x1, y1
+    const auto walk = [&](const auto & self, const tinyxml2::XMLElement * e, size_t gi) -> void {
+        SvgTree::Group * g = gi < t.groups.size() ? &t.groups[gi] : nullptr;  // the enclosing <g>
+        const std::string name = e->Name();
+        ++t.n[name];
+        for (const tinyxml2::XMLAttribute * a = e->FirstAttribute(); a; a = a->Next()) {
+            const std::string an = a->Name();
+            for (const char * geo : {"x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "rx", "width", "height"}) {
+                if (an == geo) {
+                    EXPECT_TRUE(finite_number(a->Value())) << name << " " << an << "=" << a->Value();
+                }
+            }
+            if (an == "stroke-dasharray") t.dashed.push_back(name);
+        }
+        if (name == "text" || name == "title") {
+            const std::string text = e->GetText() ? e->GetText() : "";
+            EXPECT_FALSE(has_nonfinite(text)) << text;
+            (name == "text" ? t.texts : t.titles).push_back(text);
+            if (name == "title" && g) g->title = text;
+        }
+        if (name == "rect" && e->Attribute("fill", "none")) {
+            frame[0] = e->DoubleAttribute("x"), frame[1] = e->DoubleAttribute("y");
+            frame[2] = frame[0] + e->DoubleAttribute("width"), frame[3] = frame[1] + e->DoubleAttribute("height");
+        }
+        if (name == "polyline") {
+            std::vector<double> xy;
+            std::string pts = e->Attribute("points") ? e->Attribute("points") : "";
+            for (char & c : pts)
+                if (c == ',') c = ' ';
+            std::istringstream in(pts);
+            for (std::string v; in >> v;) {
+                double d = 0;
+                EXPECT_TRUE(finite_number(v.c_str(), &d)) << "polyline point " << v;
+                xy.push_back(d);
+            }
+            EXPECT_EQ(xy.size() % 2, 0u) << pts;
+            for (size_t i = 0; i + 1 < xy.size(); i += 2) points.emplace_back(xy[i], xy[i + 1]);
+            if (g) g->polylines.push_back(xy);
+        }
+        if (name == "circle") {
+            points.emplace_back(e->DoubleAttribute("cx"), e->DoubleAttribute("cy"));
+            if (g) ++g->n_circle;
+        }
+        if (name == "rect" && g) ++g->n_rect;
+        if (name == "g") {
+            t.groups.emplace_back();
+            gi = t.groups.size() - 1;
+        }
+        for (const tinyxml2::XMLElement * c = e->FirstChildElement(); c; c = c->NextSiblingElement()) self(self, c, gi);
+    };
+    walk(walk, root, SIZE_MAX);
+    EXPECT_EQ(t.n["svg"], 1u);
+    EXPECT_EQ(t.n["polyline"], n_polyline) << svg;
+    EXPECT_EQ(t.n["circle"], n_circle) << svg;
+    EXPECT_EQ(t.n["g"], t.groups.size());
+    EXPECT_TRUE(std::isfinite(frame[0])) << "no plot frame";
+    for (const auto & [x, y] : points) {
+        EXPECT_GE(x, frame[0]) << "data point left of the frame";
+        EXPECT_LE(x, frame[2]) << "data point right of the frame";
+        EXPECT_GE(y, frame[1]) << "data point above the frame";
+        EXPECT_LE(y, frame[3]) << "data point below the frame";
+    }
+    return t;
 }
 
 TEST(EvalReport, SvgPlots) {
     const auto rows = eval::summarize(synthetic_records());
-    // 2 compressing methods: a polyline each, a circle per compressed row (4); full cache as a line
+    // 2 compressing methods: a polyline each with a circle per compressed row (knorm 1,
+    // snapkv 3), in a <g> titled by the method; the full cache as a dashed line
     for (const std::string & svg : {eval::svg_score_vs_ratio(rows), eval::svg_kl_vs_ratio(rows)}) {
-        expect_svg(svg, 2, 4);
-        EXPECT_NE(svg.find("snapkv"), std::string::npos);
-        EXPECT_NE(svg.find("knorm"), std::string::npos);
-        EXPECT_NE(svg.find("none (full cache)"), std::string::npos);
-        EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);
+        const SvgTree t = parse_svg(svg, 2, 4);
+        for (const auto & [method, n_points] : {std::pair<std::string, size_t>{"knorm", 1}, {"snapkv", 3}}) {
+            const SvgTree::Group * g = t.group(method);
+            ASSERT_NE(g, nullptr) << method << "\n" << svg;
+            ASSERT_EQ(g->polylines.size(), 1u) << method;
+            EXPECT_EQ(g->polylines[0].size(), 2 * n_points) << method;
+            EXPECT_EQ(g->n_circle, n_points) << method;
+            EXPECT_TRUE(t.has_text(method)) << method << ": no legend entry";
+        }
+        EXPECT_TRUE(t.has_text("none (full cache)"));
+        ASSERT_EQ(t.dashed.size(), 2u);  // the reference line and its legend swatch
+        for (const std::string & e : t.dashed) EXPECT_EQ(e, "line");
     }
-    const std::string mem = eval::svg_memory_vs_ttft(rows);
-    expect_svg(mem, 0, 4);  // the full cache is a square marker
-    EXPECT_NE(mem.find("snapkv"), std::string::npos);
-    EXPECT_NE(mem.find("ratio 0.75"), std::string::npos);  // point labels
-    EXPECT_NE(mem.find("MiB"), std::string::npos);
+    // one marker per row, each in a <g> titled "method budget"; the full cache a square
+    const SvgTree mem = parse_svg(eval::svg_memory_vs_ttft(rows), 0, 4);
+    EXPECT_EQ(mem.groups.size(), rows.size());
+    for (const auto & r : rows) {
+        const std::string title = (r.method == "none" ? "none (full cache)" : r.method) + " " + r.budget;
+        const SvgTree::Group * g = mem.group(title);
+        ASSERT_NE(g, nullptr) << title;
+        EXPECT_EQ(g->n_circle + g->n_rect, 1u) << title;
+        EXPECT_EQ(g->n_rect, r.method == "none" ? 1u : 0u) << title;
+    }
+    EXPECT_TRUE(mem.has_text("snapkv"));
+    EXPECT_TRUE(mem.has_text("ratio 0.75"));  // a point label
+    EXPECT_TRUE(mem.has_text("KV allocated (MiB)"));
 }
 
 TEST(EvalReport, SvgDegenerateInputs) {
     // no rows, one point, all-equal values, a non-finite value
-    expect_svg(eval::svg_score_vs_ratio({}), 0, 0);
-    expect_svg(eval::svg_memory_vs_ttft({}), 0, 0);
+    parse_svg(eval::svg_score_vs_ratio({}), 0, 0);
+    parse_svg(eval::svg_memory_vs_ttft({}), 0, 0);
     SummaryRow one;
     one.method = "solo";
     one.budget = "ratio 0.5";
@@ -297,22 +412,27 @@ TEST(EvalReport, SvgDegenerateInputs) {
     one.score = 0.5;
     one.kl = 0.0;
     one.n = 1;
-    expect_svg(eval::svg_score_vs_ratio({one}), 1, 1);
-    expect_svg(eval::svg_kl_vs_ratio({one}), 1, 1);
-    expect_svg(eval::svg_memory_vs_ttft({one}), 0, 1);
+    parse_svg(eval::svg_score_vs_ratio({one}), 1, 1);
+    parse_svg(eval::svg_kl_vs_ratio({one}), 1, 1);
+    parse_svg(eval::svg_memory_vs_ttft({one}), 0, 1);
     SummaryRow two = one;
     two.budget = "ratio 0.6";
     SummaryRow full = one;
     full.method = "none";
     full.budget = "full";
     full.ratio = 0.5;
-    expect_svg(eval::svg_kl_vs_ratio({full, one, two}), 1, 2);
-    expect_svg(eval::svg_memory_vs_ttft({full, one, two}), 0, 2);
+    const SvgTree kl = parse_svg(eval::svg_kl_vs_ratio({full, one, two}), 1, 2);
+    ASSERT_NE(kl.group("solo"), nullptr);
+    EXPECT_EQ(kl.group("solo")->polylines.at(0).size(), 4u);
+    parse_svg(eval::svg_memory_vs_ttft({full, one, two}), 0, 2);
     SummaryRow bad = one;
     bad.score = std::numeric_limits<double>::quiet_NaN();
     bad.ttft_s = std::numeric_limits<double>::infinity();
-    expect_svg(eval::svg_score_vs_ratio({one, bad}), 1, 1);
-    expect_svg(eval::svg_memory_vs_ttft({one, bad}), 0, 1);
+    // the non-finite point is left out of the line and gets no marker
+    const SvgTree sc = parse_svg(eval::svg_score_vs_ratio({one, bad}), 1, 1);
+    ASSERT_NE(sc.group("solo"), nullptr);
+    EXPECT_EQ(sc.group("solo")->polylines.at(0).size(), 2u);
+    parse_svg(eval::svg_memory_vs_ttft({one, bad}), 0, 1);
 }
 
 json header_record() {
@@ -325,6 +445,60 @@ json header_record() {
             {"kvlab_version", "0.1.0"}};
 }
 
+// The cells of a markdown table, row by row (the header first, the rule left out).
+std::vector<std::vector<std::string>> markdown_cells(const std::string & md) {
+    std::vector<std::vector<std::string>> rows;
+    std::istringstream in(md);
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("| ---", 0) == 0) continue;
+        std::vector<std::string> cells;
+        for (size_t i = 1; i < line.size();) {  // "| a | b |": cells between bars
+            const size_t bar = line.find(" |", i);
+            if (bar == std::string::npos) break;
+            cells.push_back(line.substr(i + 1, bar - i - 1));
+            i = bar + 2;
+        }
+        rows.push_back(cells);
+    }
+    return rows;
+}
+
+// The cells of the summary table of an HTML page (the <table> whose first cell is
+// "method"): its <th> and <td> texts row by row, the table parsed as XML by tinyxml2,
+// looking through the <tbody> that browsers insert.
+std::vector<std::vector<std::string>> html_table_cells(const std::string & html) {
+    for (size_t a = html.find("<table"); a != std::string::npos; a = html.find("<table", a + 1)) {
+        const size_t b = html.find("</table>", a);
+        if (b == std::string::npos) break;
+        const std::string table = html.substr(a, b + 8 - a);
+        tinyxml2::XMLDocument doc;
+        EXPECT_EQ(doc.Parse(table.c_str(), table.size()), tinyxml2::XML_SUCCESS) << doc.ErrorStr() << "\n" << table;
+        const tinyxml2::XMLElement * t = doc.RootElement();
+        if (!t) continue;
+        if (t->FirstChildElement("tbody")) t = t->FirstChildElement("tbody");
+        std::vector<std::vector<std::string>> rows;
+        for (const auto * tr = t->FirstChildElement("tr"); tr; tr = tr->NextSiblingElement("tr")) {
+            rows.emplace_back();
+            for (const auto * c = tr->FirstChildElement(); c; c = c->NextSiblingElement())
+                rows.back().push_back(c->GetText() ? c->GetText() : "");
+        }
+        if (!rows.empty() && !rows[0].empty() && rows[0][0] == "method") return rows;
+    }
+    ADD_FAILURE() << "no summary table in the page";
+    return {};
+}
+
+// The <svg> elements of an HTML page, as text.
+std::vector<std::string> svg_fragments(const std::string & html) {
+    std::vector<std::string> r;
+    for (size_t a = html.find("<svg"); a != std::string::npos; a = html.find("<svg", a + 1)) {
+        const size_t b = html.find("</svg>", a);
+        if (b == std::string::npos) break;
+        r.push_back(html.substr(a, b + 6 - a));
+    }
+    return r;
+}
+
 TEST(EvalReport, HtmlReport) {
     auto records = synthetic_records();
     records.push_back(answer("evil<&>", "ratio 0.5", 0.5, 1.0, 0.1, 1.0, true, 4 << 20, 0.4));
@@ -333,39 +507,65 @@ TEST(EvalReport, HtmlReport) {
     EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
     EXPECT_NE(html.find("<meta charset=\"utf-8\">"), std::string::npos);
     EXPECT_NE(html.find("<title>"), std::string::npos);
-    EXPECT_NE(html.find("<table>"), std::string::npos);
-    EXPECT_EQ(count(html, "<svg"), 3u);
-    EXPECT_EQ(count(html, "</svg>"), 3u);
+    // the table holds the markdown table's cells, the method name escaped
+    const auto cells = html_table_cells(html);
+    EXPECT_EQ(cells, markdown_cells(eval::markdown_table(rows)));
+    ASSERT_EQ(cells.size(), rows.size() + 1);
     EXPECT_NE(html.find("evil&lt;&amp;&gt;"), std::string::npos);
     EXPECT_EQ(html.find("evil<"), std::string::npos);
+    // the three plots, each a well-formed SVG
+    const auto svgs = svg_fragments(html);
+    ASSERT_EQ(svgs.size(), 3u);
+    parse_svg(svgs[0], 3, 5);  // score: knorm, snapkv, evil<&> (1 + 3 + 1 points)
+    parse_svg(svgs[1], 3, 5);  // KL
+    parse_svg(svgs[2], 0, 5);  // memory: the full cache is a square
+
     EXPECT_EQ(html.find("<b>"), std::string::npos);  // the config is escaped
     EXPECT_NE(html.find("abc123"), std::string::npos);
     EXPECT_NE(html.find("qwen3"), std::string::npos);
     EXPECT_NE(html.find("/models/tiny.gguf"), std::string::npos);
-    EXPECT_EQ(count(html, "<tr>"), count(html, "</tr>"));
     EXPECT_FALSE(has_nonfinite(html));
 
     // a header without provenance (or no header at all) still makes a page
     for (const json & h : {json(nullptr), json::object(), json{{"provenance", "odd"}}}) {
         const std::string page = eval::html_report(rows, h);
         EXPECT_NE(page.find("</html>"), std::string::npos);
-        EXPECT_EQ(count(page, "<svg"), 3u);
+        EXPECT_EQ(svg_fragments(page).size(), 3u);
+        EXPECT_EQ(html_table_cells(page), cells);
     }
 }
 
+// Chromium renders the page (a screenshot) and its DOM (--dump-dom, after parsing: tbody
+// inserted, entities decoded) holds the markdown table's cells and the three plots.
 TEST(EvalReport, HtmlRendersInChromium) {
     if (test::run_command("command -v chromium").exit_code != 0)
         GTEST_SKIP() << "chromium is not installed (the set-up script installs Debian's chromium)";
     const std::string dir = test::temp_dir("eval-html");
-    const std::string page = dir + "/report.html", png = dir + "/report.png";
+    const std::string page = dir + "/report.html", png = dir + "/report.png", dom = dir + "/dom.html";
+    auto records = synthetic_records();
+    records.push_back(answer("evil<&>", "ratio 0.5", 0.5, 1.0, 0.1, 1.0, true, 4 << 20, 0.4));
+    const auto rows = eval::summarize(records);
     {
         std::ofstream out(page);
-        out << eval::html_report(eval::summarize(synthetic_records()), header_record());
+        out << eval::html_report(rows, header_record());
     }
-    const auto r = test::run_command("timeout 120 chromium --headless --no-sandbox --disable-gpu --screenshot=" + png +
-                                     " --window-size=1200,1600 file://" + page);
+    const auto r =
+        test::run_command("(timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom --screenshot=" + png +
+                          " --window-size=1200,1600 file://" + page + " > " + dom + ")");
     ASSERT_TRUE(std::filesystem::exists(png)) << r.output;
     EXPECT_GT(std::filesystem::file_size(png), 10u * 1024u) << r.output;
+    std::ifstream in(dom);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string rendered = ss.str();
+    ASSERT_NE(rendered.find("<tbody>"), std::string::npos) << "not chromium's DOM:\n" << rendered << r.output;
+    const auto cells = html_table_cells(rendered);
+    EXPECT_EQ(cells, markdown_cells(eval::markdown_table(rows)));
+    EXPECT_EQ(cells.size(), rows.size() + 1);
+    const auto svgs = svg_fragments(rendered);
+    ASSERT_EQ(svgs.size(), 3u);
+    parse_svg(svgs[0], 3, 5);
+    parse_svg(svgs[2], 0, 5);
     std::filesystem::remove_all(dir);
 }
 

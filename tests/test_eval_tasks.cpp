@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -164,6 +165,49 @@ TEST_F(EvalTasks, Deterministic) {
         }
         EXPECT_NE(a[0].context, a[1].context) << t << ": two samples alike";
     }
+}
+
+// Every generator is frozen: the samples of a fixed configuration hash to the digests below
+// (FNV-1a 64 of id, metric, context, questions and meta), which the generators had before
+// tasks.cpp was split into src/eval/tasks/. A change to any sample of any task shows here,
+// and it changes the records of every evaluation: update the digest and say why.
+uint64_t fnv1a(uint64_t h, const std::string & s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    return (h ^ 0xff) * 0x100000001b3ull;  // a separator, so that ("ab", "c") != ("a", "bc")
+}
+
+TEST_F(EvalTasks, SamplesAreFrozen) {
+    const std::map<std::string, uint64_t> want = {
+        {"niah", 0x2847f7557fb621e4ull},
+        {"passkey", 0x18db3b031391e4f5ull},
+        {"ruler_cwe", 0xf46dfdda5c40dc82ull},
+        {"ruler_fwe", 0x53c58bceb4172544ull},
+        {"ruler_niah_multikey", 0x1ac8fcd65cb1985eull},
+        {"ruler_niah_multiquery", 0x6037df37afc1bbcaull},
+        {"ruler_niah_multivalue", 0xf0dadfd3dc5fc987ull},
+        {"ruler_niah_single", 0x9d86dfeecde6267cull},
+        {"ruler_vt", 0x49aa66fc862d2379ull},
+    };
+    std::map<std::string, uint64_t> got;
+    for (const auto & t : all_tasks()) {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const auto & s : make(t, {300, 1000}, {0.2, 0.7}, 2, 5)) {
+            for (const std::string * f : {&s.id, &s.task, &s.metric, &s.context}) h = fnv1a(h, *f);
+            for (const auto & q : s.questions) {
+                h = fnv1a(h, q.question);
+                for (const auto & a : q.answers) h = fnv1a(h, a);
+            }
+            h = fnv1a(h, s.meta.dump());
+        }
+        got[t] = h;
+    }
+    std::string table;
+    for (const auto & [t, h] : got) {
+        char hex[24];
+        std::snprintf(hex, sizeof hex, "0x%016llxull", static_cast<unsigned long long>(h));
+        table += "{\"" + t + "\", " + hex + "},\n";
+    }
+    EXPECT_EQ(got, want) << "the digests now:\n" << table;
 }
 
 TEST_F(EvalTasks, AnswersInContextAndLengthFits) {

@@ -406,7 +406,7 @@ TEST_F(PressModel, PyramidBudgetsFollowTheFormula) {
 }
 
 TEST_F(PressModel, AdaKvBudgetsSumToTheTotalAndHonourTheSafeguard) {
-    const int64_t B = 50, w = 32, b = B - w;
+    const int64_t B = 50, w = 32;
     for (const char * base : {"snapkv", "knorm"}) {
         KvStore c = compressed("adakv", Budget::from_tokens(B), {{"base", base}, {"alpha", "0.5"}});
         const int64_t forced = std::string(base) == "snapkv" ? w : 0;
@@ -423,7 +423,6 @@ TEST_F(PressModel, AdaKvBudgetsSumToTheTotalAndHonourTheSafeguard) {
         }
         EXPECT_TRUE(differ) << base << ": the heads should get different budgets on this model";
     }
-    (void)b;
 }
 
 TEST_F(PressModel, BatchedQueryOnAnyCacheShapeEqualsOneTokenAtATime) {

@@ -1,11 +1,16 @@
 // Every supported architecture on a tiny random-weight GGUF written by the test itself
 // (a few layers, small dims, seeded weights, the default model's vocabulary), compared
-// with libllama on the same file.
+// with libllama on the same file; and what the engine guarantees on such models: shapes
+// beyond its kernel are refused when the engine is made, a failed prefill leaves the
+// cache as it was.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <stdexcept>
 
+#include "engine/attention.h"
 #include "kvlab/engine.h"
+#include "kvlab/error.h"
 #include "kvlab/text.h"
 #include "llama_ref.h"
 #include "support/fixtures.h"
@@ -26,6 +31,8 @@ struct ArchCase {
     const char * arch;
     int n_layer, n_embd, n_head, n_head_kv, head_dim;
 };
+
+void PrintTo(const ArchCase & c, std::ostream * os) { *os << c.arch; }
 
 class TinyArch : public ::testing::TestWithParam<ArchCase> {};
 
@@ -83,10 +90,102 @@ TEST_P(TinyArch, LogitsAndGreedyMatchLibllama) {
     std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, TinyArch,
+// Adding an architecture adds its row (and its layout row in support/tiny_gguf.cpp).
+INSTANTIATE_TEST_SUITE_P(, TinyArch,
                          ::testing::Values(ArchCase{"llama", 2, 64, 4, 2, 16}, ArchCase{"qwen2", 3, 64, 4, 2, 16},
                                            ArchCase{"qwen3", 2, 64, 4, 2, 32}),
                          [](const auto & info) { return std::string(info.param.arch); });
+
+std::string write_tiny(const test::TinySpec & spec, const std::string & dir) {
+    return test::write_tiny_gguf(spec, test::default_model_path(), dir + "/tiny.gguf");
+}
+
+TEST(TinyArchLimits, GqaGroupBeyondTheKernelLimitIsRefusedWhenTheEngineIsMade) {
+    const std::string dir = test::temp_dir("tiny-limit");
+    test::TinySpec spec;
+    spec.arch = "llama";
+    spec.n_head = 2 * attn::k_max_group;  // 32 query heads on one KV head
+    spec.n_head_kv = 1;
+    spec.head_dim = 8;
+    const std::string path = write_tiny(spec, dir);
+    auto model = Model::load(path, 1);  // the model layer knows nothing of the kernel
+    try {
+        Engine e(*model);
+        FAIL() << "an engine was made for a GQA group of " << model->hparams().n_gqa();
+    } catch (const Error & err) {
+        const std::string msg = err.what();
+        for (const std::string & part : {std::string("[engine]"), path, std::string("n_head/n_head_kv = 32/1 = 32"),
+                                         "exceeds kvlab's attention kernel limit " + std::to_string(attn::k_max_group)})
+            EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+    }
+    // the command line says the same and exits non-zero (no assert, no crash)
+    const auto r = test::run_command(test::kvlab_binary() + " generate " + path + " --prompt hi --max-tokens 1");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("exceeds kvlab's attention kernel limit"), std::string::npos) << r.output;
+
+    // at the limit the kernel runs
+    spec.n_head = attn::k_max_group;
+    spec.head_dim = 16;
+    auto at_limit = Model::load(write_tiny(spec, dir), 1);
+    Engine e(*at_limit);
+    KvStore cache = e.new_cache(8);
+    const std::vector<float> logits = e.prefill(cache, {1, 2, 3, 4, 5, 6, 7, 8});
+    EXPECT_EQ(int64_t(logits.size()), at_limit->hparams().n_vocab);
+    std::filesystem::remove_all(dir);
+}
+
+// Everything a cache holds that a caller can see: next_pos, and per segment the positions
+// and the K and V rows.
+struct CacheSnapshot {
+    int32_t next_pos = 0;
+    std::vector<std::vector<int32_t>> pos;
+    std::vector<std::vector<float>> k, v;
+    explicit CacheSnapshot(const KvStore & c) : next_pos(c.next_pos()) {
+        for (int il = 0; il < c.n_layer(); ++il)
+            for (int h = 0; h < c.n_head_kv(); ++h) {
+                pos.push_back(c.positions(il, h));
+                k.push_back(c.read_k(il, h));
+                v.push_back(c.read_v(il, h));
+            }
+    }
+    bool operator==(const CacheSnapshot &) const = default;
+};
+
+TEST(TinyArchEngine, APrefillWhoseObserverThrowsLeavesTheCacheAsItWas) {
+    const std::string dir = test::temp_dir("tiny-rollback");
+    test::TinySpec spec;
+    spec.arch = "llama";
+    spec.seed = 7;
+    auto model = Model::load(write_tiny(spec, dir), 2);
+    std::vector<int32_t> context(12), more(20);
+    for (size_t i = 0; i < context.size(); ++i) context[i] = int32_t(100 + 7 * i);
+    for (size_t i = 0; i < more.size(); ++i) more[i] = int32_t(900 + 11 * i);
+
+    for (AttentionKernel kernel : {AttentionKernel::kvlab, AttentionKernel::ggml}) {
+        SCOPED_TRACE(attention_kernel_name(kernel));
+        Engine e(*model, EngineOptions{8, kernel});  // chunks of `more` start at 0, 8 and 16
+        KvStore cache = e.new_cache(16);             // the failed prefill grows it
+        e.prefill(cache, context);
+        const CacheSnapshot before(cache);
+        for (int64_t throw_at : {0, 8, 16}) {
+            QueryObserver obs;
+            obs.on_queries = [throw_at](int, int64_t tok0, int64_t, const float *) {
+                if (tok0 == throw_at) throw std::runtime_error("observer failed");
+            };
+            EXPECT_THROW(e.prefill(cache, more, nullptr, nullptr, &obs), std::runtime_error) << throw_at;
+            EXPECT_TRUE(CacheSnapshot(cache) == before) << "observer threw at chunk " << throw_at;
+        }
+        // the cache goes on as if nothing had happened: the same logits as one that never failed
+        KvStore clean = e.new_cache(16);
+        e.prefill(clean, context);
+        std::vector<float> ours, theirs;
+        e.prefill(cache, more, nullptr, &ours);
+        e.prefill(clean, more, nullptr, &theirs);
+        EXPECT_TRUE(ours == theirs);
+        EXPECT_TRUE(CacheSnapshot(cache) == CacheSnapshot(clean));
+    }
+    std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace kvlab

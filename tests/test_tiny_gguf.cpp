@@ -7,11 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <memory>
 #include <vector>
 
 #include "kvlab/error.h"
-#include "llama.h"
+#include "llama-cpp.h"
 #include "support/fixtures.h"
 #include "support/tiny_gguf.h"
 
@@ -32,14 +31,13 @@ TEST(TinyGguf, LlamaLoadsInLibllamaWithFiniteVariedLogits) {
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
     mp.progress_callback = [](float, void *) { return true; };  // no progress dots
-    std::unique_ptr<llama_model, decltype(&llama_model_free)> model(llama_model_load_from_file(path.c_str(), mp),
-                                                                    llama_model_free);
+    llama_model_ptr model(llama_model_load_from_file(path.c_str(), mp));
     ASSERT_NE(model, nullptr) << "libllama cannot load " << path;
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 64;
     cp.n_batch = 64;
     cp.n_threads = cp.n_threads_batch = 2;
-    std::unique_ptr<llama_context, decltype(&llama_free)> ctx(llama_init_from_model(model.get(), cp), llama_free);
+    llama_context_ptr ctx(llama_init_from_model(model.get(), cp));
     ASSERT_NE(ctx, nullptr);
 
     const llama_vocab * vocab = llama_model_get_vocab(model.get());

@@ -94,30 +94,20 @@ int run_bench(const BenchArgs & a) {
     }
     return 0;
 }
-}  // namespace
-
-void add_bench_command(CLI::App & app, int & rc) {
+const CommandRegistrar reg("bench", [](CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand("bench", "Benchmark kvlab against libllama side by side: prefill and decode speed");
     auto a = std::make_shared<BenchArgs>();
-    cmd->add_option("MODEL", a->model, "short name or .gguf path")->required();
-    cmd->add_option("--contexts", a->contexts, "context lengths in tokens")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--reps", a->reps, "repetitions (the median is reported)")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--decode", a->n_decode, "tokens decoded on top of each context")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--threads", a->threads, "CPU threads for both engines")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--chunk", a->chunk, "prefill chunk (ubatch) size for both engines")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+    add_model_arg(cmd, a->model);
+    add_list_option(cmd, "--contexts", a->contexts, "context lengths in tokens")->check(CLI::PositiveNumber);
+    cmd->add_option("--reps", a->reps, "repetitions (the median is reported)")->check(CLI::PositiveNumber);
+    cmd->add_option("--decode", a->n_decode, "tokens decoded on top of each context")->check(CLI::PositiveNumber);
+    add_threads_option(cmd, a->threads);
+    add_chunk_option(cmd, a->chunk);
     add_attention_option(cmd, a->attention);
-    cmd->add_flag("--json", a->json, "print the results, every repetition and the provenance as JSON");
+    add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
     cmd->callback([&rc, a] { rc = run_bench(*a); });
-}
+});
+
+}  // namespace
 
 }  // namespace kvlab::cli

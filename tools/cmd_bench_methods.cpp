@@ -5,173 +5,178 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
-#include <sstream>
 
 #include "common.h"
 #include "kvlab/error.h"
 #include "kvlab/press.h"
 #include "kvlab/provenance.h"
+#include "kvlab/session.h"
 #include "kvlab/sys.h"
 
 namespace kvlab::cli {
 
 namespace {
 struct BenchMethodsArgs {
-    std::string model, methods = "all", context_file;
+    std::string model, context_file;
+    std::vector<std::string> methods = {"all"}, params;
     int context = 4096, reps = 3, n_decode = 32, threads = default_threads(), chunk = 512;
     double ratio = 0.875;
     bool json = false;
 };
 
-std::vector<std::string> split(const std::string & s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    for (std::string x; std::getline(ss, x, ',');)
-        if (!x.empty()) out.push_back(x);
-    return out;
-}
-
-// The decode speed from a copy of `cache` (n_decode single-token steps after one token).
-double decode_speed(Engine & e, const KvStore & cache, int32_t tok, int n_decode) {
-    KvStore work = cache.copy();
-    GenerateOptions go;
-    go.max_tokens = n_decode + 1;
-    go.stop_on_eog = false;
-    return e.generate(work, {tok}, go).decode_tokens_per_second();
-}
-
-int run_bench_methods(const BenchMethodsArgs & a) {
-    Loaded l = load(a.model, a.threads);
-    const Budget budget = Budget::from_ratio(a.ratio);
-    std::vector<std::string> names;
-    if (a.methods == "all") {
-        for (const MethodInfo & m : press_methods()) names.push_back(m.name);
-    } else {
-        names = split(a.methods);
-    }
-    for (const std::string & n : names) make_press(n, {}, *l.model);  // validate names before the long run
+// The context: the first `context` tokens of the file, or real token ids drawn from the
+// vocabulary (speeds do not depend on the text).
+std::vector<int32_t> bench_tokens(const BenchMethodsArgs & a, const Loaded & l) {
     std::vector<int32_t> toks;
     if (!a.context_file.empty()) {
         toks = l.tok->encode(read_file(a.context_file));
         if (int64_t(toks.size()) < a.context)
             throw Error("bench-methods", a.context_file + " has only " + std::to_string(toks.size()) + " tokens");
         toks.resize(size_t(a.context));
-    } else {  // real token ids drawn from the vocabulary (speeds do not depend on the text)
-        std::mt19937 rng(1234);
-        std::uniform_int_distribution<int32_t> dist(0, l.model->hparams().n_vocab - 1);
-        toks.resize(size_t(a.context));
-        for (auto & t : toks) t = dist(rng);
+        return toks;
     }
-    if (a.context + a.n_decode + 2 > l.model->hparams().n_ctx_train)
-        throw Error("bench-methods", "context " + std::to_string(a.context) + " exceeds the model's " +
-                                         std::to_string(l.model->hparams().n_ctx_train) + " tokens");
-    Engine engine(*l.model, EngineOptions{a.chunk});
-    const int64_t reserve = a.n_decode + 2;
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> dist(0, l.model->hparams().n_vocab - 1);
+    toks.resize(size_t(a.context));
+    for (auto & t : toks) t = dist(rng);
+    return toks;
+}
 
+// Every repetition of every method: one prefill per repetition serves them all.
+struct Measurements {
     std::vector<double> prefill_s, full_decode;
-    std::vector<std::vector<double>> comp_s(names.size()), frac(names.size()), dec(names.size()), speedup(names.size());
-    std::vector<nlohmann::json> last_stats(names.size());
+    struct PerMethod {
+        std::vector<double> comp_s, frac, dec, speedup;
+        nlohmann::json last;  // bytes, rows and times of the last repetition
+    };
+    std::vector<PerMethod> methods;
+};
+
+Measurements measure(const BenchMethodsArgs & a, Engine & engine, const std::vector<MethodRequest> & methods,
+                     const std::vector<int32_t> & toks) {
+    const Budget budget = Budget::from_ratio(a.ratio);
+    // one query token, then n_decode single-token steps: the decode speed of a cache
+    const SessionOptions so{1, a.n_decode + 1};
+    const ContextSession validate(engine, methods, so);  // names a bad method before the long run
+    GenerateOptions go;
+    go.max_tokens = a.n_decode + 1;
+    go.stop_on_eog = false;
+    Measurements m;
+    m.methods.resize(methods.size());
     for (int rep = 0; rep < a.reps; ++rep) {
-        std::vector<std::unique_ptr<Press>> presses;
-        for (const std::string & n : names) presses.push_back(make_press(n, {}, *l.model));
-        KvStore cache = engine.new_cache(a.context);
-        ObserverSet obs(*l.model);
-        for (auto & p : presses) obs.add(p->observer(cache, a.context));
+        ContextSession s(engine, methods, so);
         if (!a.json)
             std::fprintf(stderr, "[bench] repetition %d/%d: prefill %d tokens ...\n", rep + 1, a.reps, a.context);
-        PrefillStats ps;
-        engine.prefill(cache, toks, &ps, nullptr, obs.get());
-        double observing = 0.0;
-        for (auto & p : presses) observing += p->observe_seconds();
-        const double model_s = ps.seconds - observing;
-        prefill_s.push_back(model_s);
-        {
-            KvStore full = cache.copy();
-            full.fit(reserve);
-            full_decode.push_back(decode_speed(engine, full, toks[0], a.n_decode));
-        }
-        for (size_t i = 0; i < names.size(); ++i) {
-            if (!a.json) std::fprintf(stderr, "\r[bench] repetition %d/%d: %-20s", rep + 1, a.reps, names[i].c_str());
-            KvStore c = cache.copy();
-            const CompressStats st = compress(*presses[i], c, budget, reserve);
-            comp_s[i].push_back(st.seconds());
-            frac[i].push_back(st.seconds() / model_s);
-            dec[i].push_back(decode_speed(engine, c, toks[0], a.n_decode));
-            speedup[i].push_back(dec[i].back() / full_decode.back());
-            last_stats[i] = {{"bytes_before", st.bytes_before},
-                             {"bytes_after", st.bytes_after},
-                             {"rows_before", st.rows_before},
-                             {"rows_after", st.rows_after},
-                             {"observe_s", st.observe_s},
-                             {"plan_s", st.plan_s},
-                             {"apply_s", st.apply_s}};
+        s.prefill(toks);
+        const double model_s = s.prefill_stats().seconds;
+        m.prefill_s.push_back(model_s);
+        m.full_decode.push_back(s.answer(s.full().cache, {toks[0]}, go).decode_tokens_per_second());
+        for (size_t i = 0; i < methods.size(); ++i) {
+            if (!a.json)
+                std::fprintf(stderr, "\r[bench] repetition %d/%d: %-20s", rep + 1, a.reps, methods[i].name.c_str());
+            const PreparedCache p = s.compress(i, budget);
+            const CompressStats & st = p.stats;
+            Measurements::PerMethod & pm = m.methods[i];
+            pm.comp_s.push_back(st.seconds());
+            pm.frac.push_back(st.seconds() / model_s);
+            pm.dec.push_back(s.answer(p.cache, {toks[0]}, go).decode_tokens_per_second());
+            pm.speedup.push_back(pm.dec.back() / m.full_decode.back());
+            pm.last = {{"bytes_before", st.bytes_before}, {"bytes_after", st.bytes_after},
+                       {"rows_before", st.rows_before},   {"rows_after", st.rows_after},
+                       {"observe_s", st.observe_s},       {"plan_s", st.plan_s},
+                       {"apply_s", st.apply_s}};
         }
         if (!a.json) std::fprintf(stderr, "\n");
     }
+    return m;
+}
+
+void print_table(const BenchMethodsArgs & a, const std::vector<MethodRequest> & methods, const Measurements & m) {
+    std::printf("context %d tokens, ratio %.3f: prefill %.2f s (median of %d), full-cache decode %.1f tok/s\n\n",
+                a.context, a.ratio, median(m.prefill_s), a.reps, median(m.full_decode));
+    std::printf("%-20s %12s %12s %14s %10s %12s\n", "method", "compress s", "% prefill", "decode tok/s", "vs full",
+                "KV after");
+    for (size_t i = 0; i < methods.size(); ++i) {
+        const Measurements::PerMethod & pm = m.methods[i];
+        std::printf("%-20s %12.3f %11.2f%% %14.1f %9.2fx %12s\n", methods[i].name.c_str(), median(pm.comp_s),
+                    100.0 * median(pm.frac), median(pm.dec), median(pm.speedup),
+                    human_bytes(pm.last["bytes_after"].get<uint64_t>()).c_str());
+    }
+}
+
+nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodRequest> & methods, const Measurements & m) {
     nlohmann::json results = nlohmann::json::array();
+    for (size_t i = 0; i < methods.size(); ++i) {
+        const Measurements::PerMethod & pm = m.methods[i];
+        results.push_back({{"method", methods[i].name},
+                           {"params", methods[i].params},
+                           {"compression_s", median(pm.comp_s)},
+                           {"compression_fraction_of_prefill", median(pm.frac)},
+                           {"decode_tokens_per_s", median(pm.dec)},
+                           {"decode_speedup_vs_full", median(pm.speedup)},
+                           {"compression_s_reps", pm.comp_s},
+                           {"decode_tokens_per_s_reps", pm.dec},
+                           {"last", pm.last}});
+    }
+    nlohmann::json j;
+    j["params"] = {{"context", a.context},
+                   {"ratio", a.ratio},
+                   {"reps", a.reps},
+                   {"n_decode", a.n_decode},
+                   {"threads", a.threads},
+                   {"chunk_size", a.chunk},
+                   {"statistic", "median"},
+                   {"context_file", a.context_file.empty() ? "random token ids (seed 1234)" : a.context_file}};
+    j["prefill_s"] = median(m.prefill_s);
+    j["prefill_s_reps"] = m.prefill_s;
+    j["full_decode_tokens_per_s"] = median(m.full_decode);
+    j["full_decode_tokens_per_s_reps"] = m.full_decode;
+    j["results"] = results;
+    return j;
+}
+
+int run_bench_methods(const BenchMethodsArgs & a) {
+    Loaded l = load(a.model, a.threads);
+    std::vector<std::string> names = a.methods;
+    if (names.size() == 1 && names[0] == "all") {
+        names.clear();
+        for (const MethodInfo & m : press_methods()) names.push_back(m.name);
+    }
+    const auto params = parse_method_params(a.params, names);
+    std::vector<MethodRequest> methods;
+    for (const std::string & n : names) methods.push_back({n, params.count(n) ? params.at(n) : ParamMap{}});
+    const std::vector<int32_t> toks = bench_tokens(a, l);
+    Engine engine(*l.model, EngineOptions{a.chunk});
+    const Measurements m = measure(a, engine, methods, toks);
     if (!a.json) {
-        std::printf("context %d tokens, ratio %.3f: prefill %.2f s (median of %d), full-cache decode %.1f tok/s\n\n",
-                    a.context, a.ratio, median(prefill_s), a.reps, median(full_decode));
-        std::printf("%-20s %12s %12s %14s %10s %12s\n", "method", "compress s", "% prefill", "decode tok/s", "vs full",
-                    "KV after");
+        print_table(a, methods, m);
+        return 0;
     }
-    for (size_t i = 0; i < names.size(); ++i) {
-        results.push_back({{"method", names[i]},
-                           {"compression_s", median(comp_s[i])},
-                           {"compression_fraction_of_prefill", median(frac[i])},
-                           {"decode_tokens_per_s", median(dec[i])},
-                           {"decode_speedup_vs_full", median(speedup[i])},
-                           {"compression_s_reps", comp_s[i]},
-                           {"decode_tokens_per_s_reps", dec[i]},
-                           {"last", last_stats[i]}});
-        if (!a.json)
-            std::printf("%-20s %12.3f %11.2f%% %14.1f %9.2fx %12s\n", names[i].c_str(), median(comp_s[i]),
-                        100.0 * median(frac[i]), median(dec[i]), median(speedup[i]),
-                        human_bytes(last_stats[i]["bytes_after"].get<uint64_t>()).c_str());
-    }
-    if (a.json) {
-        nlohmann::json j;
-        j["params"] = {{"context", a.context},
-                       {"ratio", a.ratio},
-                       {"reps", a.reps},
-                       {"n_decode", a.n_decode},
-                       {"threads", a.threads},
-                       {"chunk_size", a.chunk},
-                       {"statistic", "median"},
-                       {"context_file", a.context_file.empty() ? "random token ids (seed 1234)" : a.context_file}};
-        j["prefill_s"] = median(prefill_s);
-        j["prefill_s_reps"] = prefill_s;
-        j["full_decode_tokens_per_s"] = median(full_decode);
-        j["full_decode_tokens_per_s_reps"] = full_decode;
-        j["results"] = results;
-        j["provenance"] = provenance(*l.model, *l.tok);
-        std::printf("%s\n", j.dump(2).c_str());
-    }
+    nlohmann::json j = to_json(a, methods, m);
+    j["provenance"] = provenance(*l.model, *l.tok);
+    std::printf("%s\n", j.dump(2).c_str());
     return 0;
 }
-}  // namespace
 
-void add_bench_methods_command(CLI::App & app, int & rc) {
+const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand(
         "bench-methods",
         "Benchmark every compression method on one context: compression time vs prefill, decode speed vs full cache");
     auto a = std::make_shared<BenchMethodsArgs>();
-    cmd->add_option("MODEL", a->model, "short name or .gguf path")->required();
-    cmd->add_option("--context", a->context, "context tokens")->capture_default_str()->check(CLI::PositiveNumber);
+    add_model_arg(cmd, a->model);
+    cmd->add_option("--context", a->context, "context tokens")->check(CLI::PositiveNumber);
     cmd->add_option("--context-file", a->context_file, "take the context from this text (default: random token ids)")
         ->check(CLI::ExistingFile);
-    cmd->add_option("--ratio", a->ratio, "compression ratio")->capture_default_str()->check(CLI::Range(0.0, 0.999));
-    cmd->add_option("--methods", a->methods, "comma-separated method names, or all")->capture_default_str();
-    cmd->add_option("--reps", a->reps, "repetitions (medians are reported)")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--decode", a->n_decode, "tokens decoded from each cache")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--threads", a->threads, "CPU threads")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--chunk", a->chunk, "prefill chunk size")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_flag("--json", a->json, "print the results, every repetition and the provenance as JSON");
+    cmd->add_option("--ratio", a->ratio, "compression ratio")->check(CLI::Range(0.0, 0.999));
+    add_list_option(cmd, "--methods", a->methods, "method names, or all");
+    add_param_option(cmd, a->params, true);
+    cmd->add_option("--reps", a->reps, "repetitions (medians are reported)")->check(CLI::PositiveNumber);
+    cmd->add_option("--decode", a->n_decode, "tokens decoded from each cache")->check(CLI::PositiveNumber);
+    add_threads_option(cmd, a->threads);
+    add_chunk_option(cmd, a->chunk);
+    add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
     cmd->callback([&rc, a] { rc = run_bench_methods(*a); });
-}
+});
+}  // namespace
 
 }  // namespace kvlab::cli

@@ -96,40 +96,30 @@ int run_generate(const GenerateArgs & a) {
                  human_bytes(mi.rss_bytes).c_str(), human_bytes(mi.peak_rss_bytes).c_str());
     return 0;
 }
-}  // namespace
-
-void add_generate_command(CLI::App & app, int & rc) {
+const CommandRegistrar reg("generate", [](CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand("generate", "Prefill a prompt and generate, reporting TTFT, speeds and memory");
     auto a = std::make_shared<GenerateArgs>();
-    cmd->add_option("MODEL", a->model, "short name or .gguf path")->required();
+    add_model_arg(cmd, a->model);
     auto * g = cmd->add_option_group("prompt", "exactly one of");
-    g->add_option("--prompt", a->prompt, "the prompt text (no chat template)");
-    g->add_option("--prompt-file", a->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
+    g->add_option("-p,--prompt", a->prompt, "the prompt text (no chat template)");
+    g->add_option("-f,--prompt-file", a->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
     g->add_option("--chat", a->chat, "a user message, wrapped in the model's chat template");
     g->require_option(1);
-    cmd->add_option("--max-tokens", a->max_tokens, "most tokens to generate")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--temp", a->temp, "sampling temperature; 0 is greedy")
-        ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-k", a->top_k, "keep the k most likely tokens; 0 keeps all")
-        ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--top-p", a->top_p, "nucleus sampling mass; 1 keeps all")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0f, 1.0f));
-    cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
-    cmd->add_option("--threads", a->threads, "CPU threads")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--chunk", a->chunk, "prefill chunk size in tokens")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+    cmd->add_option("-n,--max-tokens", a->max_tokens, "most tokens to generate")->check(CLI::PositiveNumber);
+    cmd->add_option("--temp", a->temp, "sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-k", a->top_k, "keep the k most likely tokens; 0 keeps all")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--top-p", a->top_p, "nucleus sampling mass; 1 keeps all")->check(CLI::Range(0.0f, 1.0f));
+    cmd->add_option("-s,--seed", a->seed, "sampling seed");
+    add_threads_option(cmd, a->threads);
+    add_chunk_option(cmd, a->chunk);
     add_attention_option(cmd, a->attention);
     cmd->add_option("--logprobs", a->logprobs, "with --json: top-K log-probabilities at each generated position")
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");
-    cmd->add_flag("--json", a->json, "print one JSON object: text, token ids, timings, memory, provenance");
+    add_json_flag(cmd, a->json, "the text, token ids, timings, memory and provenance");
     cmd->callback([&rc, a] { rc = run_generate(*a); });
-}
+});
+
+}  // namespace
 
 }  // namespace kvlab::cli

@@ -6,15 +6,17 @@
 
 namespace kvlab::cli {
 
-void add_info_command(CLI::App & app, int & rc) {
+namespace {
+
+const CommandRegistrar reg("info", [](CLI::App & app, int & rc) {
     auto * cmd =
         app.add_subcommand("info", "Print a model's provenance: file hashes, hyper-parameters, tokens, build, machine");
     auto model = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
     auto threads = std::make_shared<int>(default_threads());
-    cmd->add_option("MODEL", *model, "short name or .gguf path")->required();
-    cmd->add_flag("--json", *json, "print the record as JSON");
-    cmd->add_option("--threads", *threads, "threads recorded in the provenance")->check(CLI::PositiveNumber);
+    add_model_arg(cmd, *model);
+    add_json_flag(cmd, *json, "the record");
+    add_threads_option(cmd, *threads)->description("threads recorded in the provenance");
     cmd->callback([&rc, model, json, threads] {
         Loaded l = load(*model, *threads);
         const nlohmann::json p = provenance(*l.model, *l.tok);
@@ -54,6 +56,8 @@ void add_info_command(CLI::App & app, int & rc) {
                     p["machine"]["cpu"].get<std::string>().c_str(), p["machine"]["threads"].get<int>());
         rc = 0;
     });
-}
+});
+
+}  // namespace
 
 }  // namespace kvlab::cli

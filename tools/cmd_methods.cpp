@@ -37,13 +37,12 @@ int run_methods(bool json) {
     std::printf("\n%-20s %s\n", "none", "no compression: answers from the full cache");
     return 0;
 }
-}  // namespace
-
-void add_methods_command(CLI::App & app, int & rc) {
+const CommandRegistrar reg("methods", [](CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand("methods", "List the KV-cache compression methods, their parameters and defaults");
     auto json = std::make_shared<bool>(false);
-    cmd->add_flag("--json", *json, "print the list as JSON");
+    add_json_flag(cmd, *json, "the list");
     cmd->callback([&rc, json] { rc = run_methods(*json); });
-}
+});
+}  // namespace
 
 }  // namespace kvlab::cli

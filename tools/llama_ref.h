@@ -6,8 +6,7 @@
 #include <string>
 #include <vector>
 
-struct llama_model;
-struct llama_context;
+#include "llama-cpp.h"
 
 namespace kvlab {
 
@@ -15,9 +14,6 @@ class LlamaRef {
 public:
     // n_ctx: context size of the reference context; n_ubatch: tokens per graph (chunk).
     LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch = 512);
-    ~LlamaRef();
-    LlamaRef(const LlamaRef &) = delete;
-    LlamaRef & operator=(const LlamaRef &) = delete;
 
     int32_t n_vocab() const;
     // Clears the reference cache.
@@ -33,8 +29,8 @@ public:
     double time_decode(int32_t first_token, int n);
 
 private:
-    llama_model * model_ = nullptr;
-    llama_context * ctx_ = nullptr;
+    llama_model_ptr model_;
+    llama_context_ptr ctx_;  // freed before model_
     int32_t n_past_ = 0;
 };
 

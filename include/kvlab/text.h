@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-struct llama_model;
-struct llama_vocab;
+#include "llama-cpp.h"
 
 namespace kvlab {
 
@@ -21,9 +20,6 @@ class Tokenizer {
 public:
     // Loads only the vocabulary of the GGUF at path.
     explicit Tokenizer(const std::string & path);
-    ~Tokenizer();
-    Tokenizer(const Tokenizer &) = delete;
-    Tokenizer & operator=(const Tokenizer &) = delete;
 
     // add_special: the BOS (and EOS) the vocabulary asks for; parse_special: control
     // tokens written in the text ("<|im_start|>") become their ids.
@@ -36,7 +32,6 @@ public:
     std::vector<int32_t> chat(const std::vector<ChatMessage> & messages) const;
     std::string chat_text(const std::vector<ChatMessage> & messages) const;
     bool has_chat_template() const { return !chat_template_.empty(); }
-    const std::string & chat_template() const { return chat_template_; }
 
     // A question about a long context, split so that the context's tokens are a prefix
     // every question shares (its KV cache is computed once and reused): with a chat
@@ -56,8 +51,8 @@ public:
     std::vector<int32_t> eog_ids() const;
 
 private:
-    llama_model * model_ = nullptr;
-    const llama_vocab * vocab_ = nullptr;
+    llama_model_ptr model_;                // vocabulary only
+    const llama_vocab * vocab_ = nullptr;  // model_'s
     std::string chat_template_;
 };
 

@@ -25,40 +25,10 @@ KvStore::KvStore(const HParams & hp, ggml_backend * backend, const std::vector<s
     allocate(capacities);
 }
 
-KvStore::~KvStore() {
-    release();
-}
-
-KvStore::KvStore(KvStore && o) noexcept {
-    *this = std::move(o);
-}
-
-KvStore & KvStore::operator=(KvStore && o) noexcept {
-    if (this != &o) {
-        release();
-        hp_ = o.hp_;
-        backend_ = o.backend_;
-        n_head_kv_ = o.n_head_kv_;
-        head_dim_ = o.head_dim_;
-        next_pos_ = o.next_pos_;
-        ctx_ = std::exchange(o.ctx_, nullptr);
-        buffer_ = std::exchange(o.buffer_, nullptr);
-        layers_ = std::move(o.layers_);
-    }
-    return *this;
-}
-
-void KvStore::release() {
-    if (buffer_) ggml_backend_buffer_free(buffer_);
-    if (ctx_) ggml_free(ctx_);
-    buffer_ = nullptr;
-    ctx_ = nullptr;
-}
-
 void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
     KVLAB_ASSERT(capacities.size() == layers_.size(), "one capacity list per layer");
     ggml_init_params params = {2 * capacities.size() * ggml_tensor_overhead(), nullptr, true};
-    ctx_ = ggml_init(params);
+    ctx_.reset(ggml_init(params));
     if (!ctx_) throw Error("cache", "could not create the KV tensor context");
     for (size_t il = 0; il < layers_.size(); ++il) {
         Layer & l = layers_[il];
@@ -71,26 +41,20 @@ void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
             l.off[h] = rows;
             rows += l.cap[h];
         }
-        l.k = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, head_dim_, rows);
-        l.v = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, head_dim_, rows);
+        l.k = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, head_dim_, rows);
+        l.v = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, head_dim_, rows);
         ggml_format_name(l.k, "cache_k_l%zu", il);
         ggml_format_name(l.v, "cache_v_l%zu", il);
     }
-    buffer_ = ggml_backend_alloc_ctx_tensors(ctx_, backend_);
+    buffer_.reset(ggml_backend_alloc_ctx_tensors(ctx_.get(), backend_));
     if (!buffer_) throw Error("cache", "could not allocate " + std::to_string(bytes()) + " bytes of KV cache");
-    ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
+    ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_COMPUTE);
 }
 
 std::vector<std::vector<int64_t>> KvStore::capacities() const {
     std::vector<std::vector<int64_t>> caps;
     for (const auto & l : layers_) caps.push_back(l.cap);
     return caps;
-}
-
-int64_t KvStore::max_rows(int il) const {
-    int64_t n = 0;
-    for (const auto & p : layers_[il].pos) n = std::max<int64_t>(n, int64_t(p.size()));
-    return n;
 }
 
 int64_t KvStore::total_rows() const {
@@ -271,7 +235,7 @@ uint64_t KvStore::row_bytes() const {
 
 uint64_t KvStore::bytes() const {
     // the backend buffer as allocated (tensor alignment padding included)
-    if (buffer_) return ggml_backend_buffer_get_size(buffer_);
+    if (buffer_) return ggml_backend_buffer_get_size(buffer_.get());
     uint64_t b = 0;
     for (const auto & l : layers_) b += ggml_nbytes(l.k) + ggml_nbytes(l.v);
     return b;

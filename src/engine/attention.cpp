@@ -11,7 +11,6 @@
 #endif
 
 #include "kvlab/error.h"
-#define KVLAB_ATTN_CHECK(c) KVLAB_ASSERT(c, "attention: GQA group larger than 16")
 
 namespace kvlab::attn {
 
@@ -70,6 +69,9 @@ int32_t Problem::n_chunks() const {
 // are FMA chains over d in order, masked lanes never reach the output, the block sums
 // follow a fixed tree. Hence the result of a query row never depends on which rows
 // share its unit, on the chunk size of the prefill or on the thread count.
+// One function on purpose (longer than the usual 80 lines): the unit's score tile s[][]
+// and its running maxima stay in registers across the block loop, and the fixed order of
+// operations that makes the result invariant is visible in one place.
 void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
              int nth) {
     const int d = p.head_dim;
@@ -88,10 +90,10 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
     sc.m.resize(max_vecs);
     sc.l.resize(max_vecs);
     sc.row.resize(size_t(dv) * k_lanes);
-    int64_t visible[k_tile * 16];
-    const float * qv[k_tile * 16];
-    int active[k_tile * 16];
-    KVLAB_ATTN_CHECK(max_vecs <= k_tile * 16);
+    KVLAB_ASSERT(group <= k_max_group, "the engine refuses GQA groups beyond the kernel's limit");
+    int64_t visible[k_tile * k_max_group];
+    const float * qv[k_tile * k_max_group];
+    int active[k_tile * k_max_group];
 
     for (int64_t u = ith; u < n_units; u += nth) {
         const int32_t c = int32_t(u % n_chunks);

@@ -12,6 +12,12 @@
 
 namespace kvlab::attn {
 
+// The most query heads per KV head (GQA group) the kernel handles: a work unit holds the
+// query vectors of k_tile rows times the group in fixed arrays. The engine refuses models
+// with larger groups when it is constructed. head_dim has no limit (scratch is sized at
+// run time).
+constexpr int k_max_group = 16;
+
 // One KV head's rows: K and V F16 [n][head_dim], positions ascending.
 struct Segment {
     const ggml_fp16_t * k = nullptr;

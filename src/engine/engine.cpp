@@ -1,7 +1,9 @@
 #include "kvlab/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "engine/attention.h"
 #include "ggml-alloc.h"
@@ -14,8 +16,178 @@
 namespace kvlab {
 
 namespace {
+
 constexpr size_t k_max_nodes = 8192;
+
+// Undoes the rows committed to a cache unless released: whatever throws after a commit
+// (graph building, allocation, computation, an observer), the cache is left as it was.
+class CommitGuard {
+public:
+    explicit CommitGuard(KvStore & cache) : cache_(cache) {}
+    ~CommitGuard() {
+        if (n_ > 0) cache_.rollback(n_);
+    }
+    CommitGuard(const CommitGuard &) = delete;
+    CommitGuard & operator=(const CommitGuard &) = delete;
+    void add(int64_t n) { n_ += n; }
+    void release() { n_ = 0; }
+
+private:
+    KvStore & cache_;
+    int64_t n_ = 0;
+};
+
+// The attention of one evaluation over the KV store, as the AttentionFn the architecture
+// calls per layer: writes the layer's new K/V rows into its segments (right after the rows
+// held before the call, n_past), then attends with ggml's flash attention (a layer whose
+// heads hold the same rows, attention=ggml) or kvlab's kernel. Owns what the graph's
+// computation reads: the masks and the kernel problems.
+class StoreAttention {
+public:
+    StoreAttention(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const KvStore & cache,
+                   std::vector<std::vector<int64_t>> n_past, const std::vector<int32_t> & pos, bool use_ggml,
+                   bool observe)
+        : ctx_(ctx),
+          gf_(gf),
+          hp_(hp),
+          cache_(cache),
+          n_past_(std::move(n_past)),
+          pos_(pos),
+          use_ggml_(use_ggml),
+          observe_(observe),
+          q_seen_(hp.n_layer, nullptr),
+          scale_(1.0f / std::sqrt(float(hp.head_dim))),
+          row_(size_t(hp.head_dim) * sizeof(ggml_fp16_t)) {}
+
+    ggml_tensor * operator()(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+        const std::vector<ggml_tensor *> writes = write_rows(il, k, v);
+        if (observe_) {
+            ggml_set_output(q);
+            q_seen_[il] = q;
+        }
+        return use_ggml_ && cache_.layer_uniform(il) ? flash(il, q) : kernel(il, q, writes);
+    }
+
+    // Uploads the masks (after the graph is allocated).
+    void set_inputs() const {
+        for (const auto & [t, m] : masks_) ggml_backend_tensor_set(t, m.data(), 0, m.size() * sizeof(ggml_fp16_t));
+    }
+
+    // Layer il's post-RoPE queries, F32 [head_dim, n_head, n] (graph outputs when observed).
+    ggml_tensor * queries(int il) const { return q_seen_[il]; }
+
+private:
+    int64_t n() const { return int64_t(pos_.size()); }
+
+    std::vector<ggml_tensor *> write_rows(int il, ggml_tensor * k, ggml_tensor * v) {
+        ggml_tensor * kc = cache_.k(il);  // F16 [head_dim, rows]
+        ggml_tensor * vc = cache_.v(il);
+        std::vector<ggml_tensor *> writes;
+        if (cache_.layer_uniform(il)) {
+            // one [head_dim, n, n_head_kv] write into the [head_dim, cap, n_head_kv] block
+            const size_t seg = size_t(cache_.capacity(il, 0)) * row_;
+            const size_t at = size_t(n_past_[il][0]) * row_;
+            ggml_tensor * kd = ggml_view_3d(ctx_, kc, hp_.head_dim, n(), hp_.n_head_kv, row_, seg, at);
+            ggml_tensor * vd = ggml_view_3d(ctx_, vc, hp_.head_dim, n(), hp_.n_head_kv, row_, seg, at);
+            writes.push_back(ggml_cpy(ctx_, ggml_permute(ctx_, k, 0, 2, 1, 3), kd));
+            writes.push_back(ggml_cpy(ctx_, ggml_permute(ctx_, v, 0, 2, 1, 3), vd));
+        } else {
+            for (int h = 0; h < hp_.n_head_kv; ++h) {
+                const size_t at = size_t(cache_.offset(il, h) + n_past_[il][h]) * row_;
+                ggml_tensor * ks = ggml_view_2d(ctx_, k, hp_.head_dim, n(), k->nb[2], h * k->nb[1]);
+                ggml_tensor * vs = ggml_view_2d(ctx_, v, hp_.head_dim, n(), v->nb[2], h * v->nb[1]);
+                writes.push_back(ggml_cpy(ctx_, ks, ggml_view_2d(ctx_, kc, hp_.head_dim, n(), row_, at)));
+                writes.push_back(ggml_cpy(ctx_, vs, ggml_view_2d(ctx_, vc, hp_.head_dim, n(), row_, at)));
+            }
+        }
+        for (ggml_tensor * w : writes) ggml_build_forward_expand(gf_, w);
+        return writes;
+    }
+
+    // ggml's flash attention over the layer's block, with one causal mask per distinct
+    // position set (layers that hold the same rows share it).
+    ggml_tensor * flash(int il, ggml_tensor * q) {
+        const std::vector<int32_t> & kpos = cache_.positions(il, 0);
+        const int64_t n_kv = int64_t(kpos.size());
+        size_t mi = 0;
+        while (mi < masks_.size() && *mask_pos_[mi] != kpos) ++mi;
+        if (mi == masks_.size()) {
+            ggml_tensor * mask = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, n_kv, n());  // F16 [n_kv, n]
+            ggml_set_input(mask);
+            std::vector<ggml_fp16_t> m(size_t(n_kv) * n());
+            const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
+            for (int64_t i = 0; i < n(); ++i)
+                for (int64_t j = 0; j < n_kv; ++j) m[i * n_kv + j] = kpos[j] <= pos_[i] ? zero : ninf;
+            masks_.emplace_back(mask, std::move(m));
+            mask_pos_.push_back(&kpos);
+        }
+        const size_t seg = size_t(cache_.capacity(il, 0)) * row_;
+        ggml_tensor * ks = ggml_view_3d(ctx_, cache_.k(il), hp_.head_dim, n_kv, hp_.n_head_kv, row_, seg, 0);
+        ggml_tensor * vs = ggml_view_3d(ctx_, cache_.v(il), hp_.head_dim, n_kv, hp_.n_head_kv, row_, seg, 0);
+        ggml_tensor * qp = ggml_permute(ctx_, q, 0, 2, 1, 3);  // [head_dim, n, n_head]
+        ggml_tensor * o = ggml_flash_attn_ext(ctx_, qp, ks, vs, masks_[mi].first, scale_, 0.0f, 0.0f);
+        return ggml_reshape_2d(ctx_, o, int64_t(hp_.head_dim) * hp_.n_head, n());  // o: [head_dim, n_head, n]
+    }
+
+    // kvlab's kernel over every segment of the layer, after the writes of the new rows.
+    ggml_tensor * kernel(int il, ggml_tensor * q, const std::vector<ggml_tensor *> & writes) {
+        auto p = std::make_unique<attn::Problem>();
+        p->n_q = int32_t(n());
+        p->n_head = hp_.n_head;
+        p->n_head_kv = hp_.n_head_kv;
+        p->head_dim = hp_.head_dim;
+        p->scale = scale_;
+        p->q_pos = pos_.data();
+        const auto * kd = static_cast<const char *>(cache_.k(il)->data);
+        const auto * vd = static_cast<const char *>(cache_.v(il)->data);
+        for (int h = 0; h < hp_.n_head_kv; ++h) {
+            attn::Segment sg;
+            sg.k = reinterpret_cast<const ggml_fp16_t *>(kd + cache_.offset(il, h) * row_);
+            sg.v = reinterpret_cast<const ggml_fp16_t *>(vd + cache_.offset(il, h) * row_);
+            sg.pos = cache_.positions(il, h).data();
+            sg.n = cache_.n_rows(il, h);
+            p->seg.push_back(sg);
+        }
+        ggml_tensor * o = attn::build(ctx_, ggml_is_contiguous(q) ? q : ggml_cont(ctx_, q), p.get(), writes);
+        problems_.push_back(std::move(p));
+        return ggml_reshape_2d(ctx_, o, int64_t(hp_.head_dim) * hp_.n_head, n());
+    }
+
+    ggml_context * ctx_;
+    ggml_cgraph * gf_;
+    const HParams & hp_;
+    const KvStore & cache_;
+    std::vector<std::vector<int64_t>> n_past_;  // [n_layer][n_head_kv] rows held before the call
+    const std::vector<int32_t> & pos_;          // [n] positions of the new tokens
+    bool use_ggml_;
+    bool observe_;
+    std::vector<ggml_tensor *> q_seen_;  // [n_layer]
+    float scale_;
+    size_t row_;  // bytes of one F16 row
+    std::vector<std::pair<ggml_tensor *, std::vector<ggml_fp16_t>>> masks_;
+    std::vector<const std::vector<int32_t> *> mask_pos_;  // the position set of each mask
+    std::vector<std::unique_ptr<attn::Problem>> problems_;
+};
+
+// Rows held per segment: [n_layer][n_head_kv].
+std::vector<std::vector<int64_t>> rows_held(const KvStore & cache) {
+    std::vector<std::vector<int64_t>> n(cache.n_layer(), std::vector<int64_t>(cache.n_head_kv()));
+    for (int il = 0; il < cache.n_layer(); ++il)
+        for (int h = 0; h < cache.n_head_kv(); ++h) n[il][h] = cache.n_rows(il, h);
+    return n;
 }
+
+// Shapes kvlab's attention kernel cannot run are refused when the model meets the engine
+// (the model layer cannot see the kernel), not by an assert during attention.
+void check_kernel_limits(const Model & model) {
+    const HParams & hp = model.hparams();
+    if (hp.n_gqa() > attn::k_max_group)
+        throw Error("engine", model.path() + ": GQA group n_head/n_head_kv = " + std::to_string(hp.n_head) + "/" +
+                                  std::to_string(hp.n_head_kv) + " = " + std::to_string(hp.n_gqa()) +
+                                  " exceeds kvlab's attention kernel limit " + std::to_string(attn::k_max_group));
+}
+
+}  // namespace
 
 const char * attention_kernel_name(AttentionKernel k) {
     return k == AttentionKernel::ggml ? "ggml" : "kvlab";
@@ -29,12 +201,10 @@ AttentionKernel parse_attention_kernel(const std::string & name) {
 
 Engine::Engine(const Model & model, EngineOptions opts) : model_(model), opts_(opts) {
     if (opts_.chunk_size < 1) throw Error("engine", "chunk size must be at least 1");
-    galloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(model_.backend()));
+    check_kernel_limits(model_);
+    galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(model_.backend())));
+    if (!galloc_) throw Error("engine", "could not create the graph allocator");
     graph_meta_.resize(ggml_tensor_overhead() * k_max_nodes + ggml_graph_overhead_custom(k_max_nodes, false));
-}
-
-Engine::~Engine() {
-    if (galloc_) ggml_gallocr_free(galloc_);
 }
 
 KvStore Engine::new_cache(int64_t capacity) const {
@@ -42,152 +212,71 @@ KvStore Engine::new_cache(int64_t capacity) const {
 }
 
 uint64_t Engine::compute_bytes() const {
-    return ggml_gallocr_get_buffer_size(galloc_, 0);
+    return ggml_gallocr_get_buffer_size(galloc_.get(), 0);
 }
 
 void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out,
                   const QueryObserver * observer, int64_t tok0) {
     const HParams & hp = model_.hparams();
     cache.reserve(n);
-    const int32_t pos0 = cache.next_pos();
     KVLAB_ASSERT(ggml_backend_buffer_is_host(cache.k(0)->buffer), "the KV store lives in host memory");
-
-    // Rows already held per segment; the graph writes the n new rows right after them.
-    std::vector<std::vector<int64_t>> n_past(hp.n_layer, std::vector<int64_t>(hp.n_head_kv));
-    for (int il = 0; il < hp.n_layer; ++il)
-        for (int h = 0; h < hp.n_head_kv; ++h) n_past[il][h] = cache.n_rows(il, h);
-    // Positions are recorded now so that the kernels see them; undone if the graph fails.
+    const int32_t pos0 = cache.next_pos();
+    std::vector<std::vector<int64_t>> n_past = rows_held(cache);
+    // Positions are recorded now so that the kernels see them; undone if anything below throws.
     cache.commit(n);
-
-    ggml_init_params params = {graph_meta_.size(), graph_meta_.data(), true};
-    ggml_context * ctx = ggml_init(params);
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, k_max_nodes, false);
-
-    GraphInputs in;
-    in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);  // I32 [n]
-    in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);     // I32 [n]
-    in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_out);
-    for (ggml_tensor * t : {in.tokens, in.pos, in.out_ids}) ggml_set_input(t);
+    CommitGuard guard(cache);
+    guard.add(n);
 
     std::vector<int32_t> pos(n), out_ids(n_out);
-    for (int64_t i = 0; i < n; ++i) pos[i] = pos0 + int32_t(i);
-    for (int64_t i = 0; i < n_out; ++i) out_ids[i] = int32_t(n - n_out + i);
+    std::iota(pos.begin(), pos.end(), pos0);
+    std::iota(out_ids.begin(), out_ids.end(), int32_t(n - n_out));
 
-    const bool use_ggml = opts_.attention == AttentionKernel::ggml;
-    std::vector<std::pair<ggml_tensor *, std::vector<ggml_fp16_t>>> masks;  // per distinct layer position set
-    std::vector<const std::vector<int32_t> *> mask_pos;
-    std::vector<std::unique_ptr<attn::Problem>> problems;
-    std::vector<ggml_tensor *> q_seen(hp.n_layer, nullptr);
+    ggml_context_ptr ctx(ggml_init({graph_meta_.size(), graph_meta_.data(), true}));
+    if (!ctx) throw Error("engine", "could not create the graph context");
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx.get(), k_max_nodes, false);
+    GraphInputs in;
+    in.tokens = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);       // I32 [n]
+    in.pos = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);          // I32 [n]
+    in.out_ids = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n_out);  // I32 [n_out]
+    for (ggml_tensor * t : {in.tokens, in.pos, in.out_ids}) ggml_set_input(t);
+
     const bool observe = observer && observer->on_queries && tok0 + n > observer->first;
-
-    const float scale = 1.0f / std::sqrt(float(hp.head_dim));
-    const size_t row = size_t(hp.head_dim) * sizeof(ggml_fp16_t);
-    AttentionFn attention = [&](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
-        ggml_tensor * kc = cache.k(il);  // F16 [head_dim, rows]
-        ggml_tensor * vc = cache.v(il);
-        const bool block = cache.layer_uniform(il);
-        std::vector<ggml_tensor *> writes;
-        if (block) {
-            // one [head_dim, n, n_head_kv] write into the [head_dim, cap, n_head_kv] block
-            const size_t seg = size_t(cache.capacity(il, 0)) * row;
-            const size_t at = size_t(n_past[il][0]) * row;
-            ggml_tensor * kd = ggml_view_3d(ctx, kc, hp.head_dim, n, hp.n_head_kv, row, seg, at);
-            ggml_tensor * vd = ggml_view_3d(ctx, vc, hp.head_dim, n, hp.n_head_kv, row, seg, at);
-            writes.push_back(ggml_cpy(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), kd));
-            writes.push_back(ggml_cpy(ctx, ggml_permute(ctx, v, 0, 2, 1, 3), vd));
-        } else {
-            for (int h = 0; h < hp.n_head_kv; ++h) {
-                const size_t at = size_t(cache.offset(il, h) + n_past[il][h]) * row;
-                ggml_tensor * ks = ggml_view_2d(ctx, k, hp.head_dim, n, k->nb[2], h * k->nb[1]);
-                ggml_tensor * vs = ggml_view_2d(ctx, v, hp.head_dim, n, v->nb[2], h * v->nb[1]);
-                writes.push_back(ggml_cpy(ctx, ks, ggml_view_2d(ctx, kc, hp.head_dim, n, row, at)));
-                writes.push_back(ggml_cpy(ctx, vs, ggml_view_2d(ctx, vc, hp.head_dim, n, row, at)));
-            }
-        }
-        for (ggml_tensor * w : writes) ggml_build_forward_expand(gf, w);
-        if (observe) {
-            ggml_set_output(q);
-            q_seen[il] = q;
-        }
-
-        if (block && use_ggml) {
-            const std::vector<int32_t> & kpos = cache.positions(il, 0);
-            const int64_t n_kv = int64_t(kpos.size());
-            size_t mi = 0;
-            while (mi < masks.size() && *mask_pos[mi] != kpos) ++mi;
-            if (mi == masks.size()) {
-                ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, n);  // F16 [n_kv, n]
-                ggml_set_input(mask);
-                std::vector<ggml_fp16_t> m(size_t(n_kv) * n);
-                const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
-                for (int64_t i = 0; i < n; ++i)
-                    for (int64_t j = 0; j < n_kv; ++j) m[i * n_kv + j] = kpos[j] <= pos[i] ? zero : ninf;
-                masks.emplace_back(mask, std::move(m));
-                mask_pos.push_back(&kpos);
-            }
-            const size_t seg = size_t(cache.capacity(il, 0)) * row;
-            ggml_tensor * ks = ggml_view_3d(ctx, kc, hp.head_dim, n_kv, hp.n_head_kv, row, seg, 0);
-            ggml_tensor * vs = ggml_view_3d(ctx, vc, hp.head_dim, n_kv, hp.n_head_kv, row, seg, 0);
-            ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [head_dim, n, n_head]
-            ggml_tensor * o = ggml_flash_attn_ext(ctx, qp, ks, vs, masks[mi].first, scale, 0.0f, 0.0f);
-            return ggml_reshape_2d(ctx, o, int64_t(hp.head_dim) * hp.n_head, n);  // o: [head_dim, n_head, n]
-        }
-        auto p = std::make_unique<attn::Problem>();
-        p->n_q = int32_t(n);
-        p->n_head = hp.n_head;
-        p->n_head_kv = hp.n_head_kv;
-        p->head_dim = hp.head_dim;
-        p->scale = scale;
-        p->q_pos = pos.data();
-        for (int h = 0; h < hp.n_head_kv; ++h) {
-            attn::Segment sg;
-            sg.k =
-                reinterpret_cast<const ggml_fp16_t *>(static_cast<const char *>(kc->data) + cache.offset(il, h) * row);
-            sg.v =
-                reinterpret_cast<const ggml_fp16_t *>(static_cast<const char *>(vc->data) + cache.offset(il, h) * row);
-            sg.pos = cache.positions(il, h).data();
-            sg.n = cache.n_rows(il, h);
-            p->seg.push_back(sg);
-        }
-        ggml_tensor * o = attn::build(ctx, ggml_is_contiguous(q) ? q : ggml_cont(ctx, q), p.get(), writes);
-        problems.push_back(std::move(p));
-        return ggml_reshape_2d(ctx, o, int64_t(hp.head_dim) * hp.n_head, n);
+    StoreAttention store(ctx.get(), gf, hp, cache, std::move(n_past), pos, opts_.attention == AttentionKernel::ggml,
+                         observe);
+    const AttentionFn attention = [&store](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+        return store(il, q, k, v);
     };
-    ggml_tensor * logits = build_decoder(ctx, gf, model_, in, attention);
+    ggml_tensor * logits = model_.arch().build_graph(GraphContext{ctx.get(), gf, hp, in, attention});
     ggml_set_output(logits);
 
-    auto fail = [&](const std::string & msg) {
-        ggml_free(ctx);
-        cache.rollback(n);
-        throw Error("engine", msg);
-    };
     // ggml's allocator reuses its last plan for a graph of the same shape without looking at
     // output flags: a graph whose queries are outputs (observed) must get a fresh plan, or
     // their memory is shared with later nodes as in the unobserved graph before it.
-    if (observe && !ggml_gallocr_reserve(galloc_, gf)) fail("could not reserve the compute buffer");
-    if (!ggml_gallocr_alloc_graph(galloc_, gf)) fail("could not allocate the compute buffer");
+    if (observe && !ggml_gallocr_reserve(galloc_.get(), gf))
+        throw Error("engine", "could not reserve the compute buffer");
+    if (!ggml_gallocr_alloc_graph(galloc_.get(), gf)) throw Error("engine", "could not allocate the compute buffer");
 
     ggml_backend_tensor_set(in.tokens, tokens, 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(in.pos, pos.data(), 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(in.out_ids, out_ids.data(), 0, n_out * sizeof(int32_t));
-    for (auto & [t, m] : masks) ggml_backend_tensor_set(t, m.data(), 0, m.size() * sizeof(ggml_fp16_t));
+    store.set_inputs();
 
     const ggml_status st = ggml_backend_graph_compute(model_.backend(), gf);
     ggml_backend_synchronize(model_.backend());
-    if (st != GGML_STATUS_SUCCESS) fail("graph computation failed");
+    if (st != GGML_STATUS_SUCCESS) throw Error("engine", "graph computation failed");
     if (logits_out) ggml_backend_tensor_get(logits, logits_out, 0, ggml_nbytes(logits));
     if (observe) {
         const int64_t first = std::max<int64_t>(0, observer->first - tok0);
         const int64_t per_row = int64_t(hp.n_head) * hp.head_dim;
         std::vector<float> qrows(size_t((n - first) * per_row));
         for (int il = 0; il < hp.n_layer; ++il) {
-            ggml_tensor * q = q_seen[il];  // F32 [head_dim, n_head, n], contiguous rope output
+            ggml_tensor * q = store.queries(il);  // F32 [head_dim, n_head, n], contiguous rope output
             KVLAB_ASSERT(q && ggml_is_contiguous(q), "observed queries are contiguous");
             ggml_backend_tensor_get(q, qrows.data(), first * q->nb[2], qrows.size() * sizeof(float));
             observer->on_queries(il, tok0 + first, n - first, qrows.data());
         }
     }
-    ggml_free(ctx);
+    guard.release();
 }
 
 std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> & tokens, PrefillStats * stats,
@@ -206,6 +295,8 @@ std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> &
     std::vector<float> last(n_vocab);
     if (all_logits) all_logits->assign(tokens.size() * size_t(n_vocab), 0.0f);
     cache.reserve(int64_t(tokens.size()));
+    // A prefill is all or nothing: the chunks committed before one that throws are undone.
+    CommitGuard guard(cache);
     const double t0 = now_seconds();
     int64_t n_chunks = 0;
     for (size_t off = 0; off < tokens.size(); off += opts_.chunk_size) {
@@ -213,8 +304,10 @@ std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> &
         const bool is_last = off + n == tokens.size();
         float * out = all_logits ? all_logits->data() + off * n_vocab : (is_last ? last.data() : nullptr);
         eval(cache, tokens.data() + off, n, all_logits ? n : 1, out, observer, int64_t(off));
+        guard.add(n);
         ++n_chunks;
     }
+    guard.release();
     if (all_logits)
         std::memcpy(last.data(), all_logits->data() + (tokens.size() - 1) * n_vocab, n_vocab * sizeof(float));
     if (stats) {
@@ -224,6 +317,23 @@ std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> &
     }
     return last;
 }
+
+namespace {
+
+// The log-probability of tok and the k best ones, from raw logits (no copy of them).
+TokenLogprob token_logprobs(const std::vector<float> & logits, int32_t tok, int32_t k, std::vector<int32_t> & ids) {
+    const float lse = log_sum_exp(logits);
+    auto lp = [&](int32_t t) { return logits[t] - lse; };
+    TokenLogprob r{tok, lp(tok), {}};
+    ids.resize(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    const size_t n_top = std::min<size_t>(size_t(k), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + n_top, ids.end(), [&](int32_t a, int32_t b) { return lp(a) > lp(b); });
+    for (size_t j = 0; j < n_top; ++j) r.top.emplace_back(ids[j], lp(ids[j]));
+    return r;
+}
+
+}  // namespace
 
 GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & opts,
                                 const std::function<void(int32_t)> & on_token) {
@@ -239,13 +349,12 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
     cache.reserve(int64_t(query.size()) + max_tokens);
 
     const double t0 = now_seconds();
-    std::vector<float> logits = prefill(cache, query);
+    std::vector<float> logits = prefill(cache, query);  // F32 [n_vocab], overwritten by each step
     r.query_prefill_s = now_seconds() - t0;
     r.stop_reason = "max_tokens";
     double t_first = 0.0;
-    std::vector<float> scratch;
+    std::vector<int32_t> ids;  // scratch of token_logprobs
     for (int32_t i = 0; i < max_tokens; ++i) {
-        if (opts.n_logprobs > 0) scratch = logits;
         const int32_t tok = sample_token(logits, opts.sampling, rng);
         if (i == 0) {
             t_first = now_seconds();
@@ -257,20 +366,9 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
             break;
         }
         r.tokens.push_back(tok);
-        if (opts.n_logprobs > 0) {
-            log_softmax(scratch);
-            TokenLogprob lp{tok, scratch[tok], {}};
-            std::vector<int32_t> ids(scratch.size());
-            for (size_t j = 0; j < ids.size(); ++j) ids[j] = int32_t(j);
-            const size_t k = std::min<size_t>(opts.n_logprobs, ids.size());
-            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                              [&](int32_t a, int32_t b) { return scratch[a] > scratch[b]; });
-            for (size_t j = 0; j < k; ++j) lp.top.emplace_back(ids[j], scratch[ids[j]]);
-            r.logprobs.push_back(std::move(lp));
-        }
+        if (opts.n_logprobs > 0) r.logprobs.push_back(token_logprobs(logits, tok, opts.n_logprobs, ids));
         if (on_token) on_token(tok);
         if (i + 1 == max_tokens) break;
-        logits.assign(model_.hparams().n_vocab, 0.0f);
         eval(cache, &tok, 1, 1, logits.data());
         ++r.n_decoded;
     }

@@ -6,15 +6,19 @@
 
 namespace kvlab {
 
-void log_softmax(std::vector<float> & x) {
+float log_sum_exp(const std::vector<float> & x) {
     const float mx = *std::max_element(x.begin(), x.end());
     double sum = 0.0;
     for (float v : x) sum += std::exp(double(v - mx));
-    const float lse = mx + float(std::log(sum));
+    return mx + float(std::log(sum));
+}
+
+void log_softmax(std::vector<float> & x) {
+    const float lse = log_sum_exp(x);
     for (float & v : x) v -= lse;
 }
 
-int32_t sample_token(std::vector<float> & logits, const SamplingParams & p, std::mt19937_64 & rng) {
+int32_t sample_token(const std::vector<float> & logits, const SamplingParams & p, std::mt19937_64 & rng) {
     const int32_t n = int32_t(logits.size());
     if (p.temp <= 0.0f) {
         // greedy; ties go to the lowest id (as llama.cpp's argmax)

@@ -45,7 +45,8 @@ Haystack load_haystack(const std::vector<std::string> & files);
 // Task names accepted by make_task, with one line of description each.
 std::vector<std::pair<std::string, std::string>> task_names();
 
-// Generates the samples of a task. Throws kvlab::Error for an unknown task name.
+// Generates the samples of a task. Throws kvlab::Error for an unknown task name. Each task
+// family is one file in src/eval/tasks/ that registers its tasks (eval/tasks/task.h).
 //  niah               : a needle sentence at each depth of an essay haystack; string_match_all
 //  passkey            : a 5-digit pass key in repeated filler text; string_match_all
 //  ruler_niah_single  : one "special magic number" key-value needle in the essays

@@ -2,27 +2,27 @@
 
 #include <map>
 
-#include "ggml.h"
+#include "gguf.h"
 #include "kvlab/error.h"
+#include "model/gguf_meta.h"
 
 namespace kvlab {
 
 namespace {
-std::map<std::string, std::unique_ptr<Architecture>> & registry() {
-    static std::map<std::string, std::unique_ptr<Architecture>> r;
+std::map<std::string, ArchEntry> & registry() {
+    static std::map<std::string, ArchEntry> r;
     return r;
 }
 }  // namespace
 
-void register_architecture(std::unique_ptr<Architecture> arch) {
-    auto name = arch->name();
+void register_architecture(const std::string & name, ArchFactory make) {
     KVLAB_ASSERT(!registry().count(name), "architecture registered twice");
-    registry()[name] = std::move(arch);
+    registry()[name] = ArchEntry{name, make};
 }
 
-const Architecture * find_architecture(const std::string & name) {
+const ArchEntry * find_architecture(const std::string & name) {
     auto it = registry().find(name);
-    return it == registry().end() ? nullptr : it->second.get();
+    return it == registry().end() ? nullptr : &it->second;
 }
 
 std::vector<std::string> architecture_names() {
@@ -31,35 +31,85 @@ std::vector<std::string> architecture_names() {
     return names;
 }
 
-ggml_tensor * TensorLookup::optional(const std::string & name) const { return ggml_get_tensor(ctx_, name.c_str()); }
+void ModelReader::fail(const std::string & what) const {
+    throw Error("model", path_ + ": " + what);
+}
 
-ggml_tensor * TensorLookup::required(const std::string & name) const {
+bool ModelReader::number(const std::string & key, double & out) const {
+    const int64_t id = gguf_find_key(gguf_, key.c_str());
+    if (id < 0) return false;
+    switch (gguf_get_kv_type(gguf_, id)) {
+        case GGUF_TYPE_UINT8:
+            out = gguf_get_val_u8(gguf_, id);
+            return true;
+        case GGUF_TYPE_INT8:
+            out = gguf_get_val_i8(gguf_, id);
+            return true;
+        case GGUF_TYPE_UINT16:
+            out = gguf_get_val_u16(gguf_, id);
+            return true;
+        case GGUF_TYPE_INT16:
+            out = gguf_get_val_i16(gguf_, id);
+            return true;
+        case GGUF_TYPE_UINT32:
+            out = gguf_get_val_u32(gguf_, id);
+            return true;
+        case GGUF_TYPE_INT32:
+            out = gguf_get_val_i32(gguf_, id);
+            return true;
+        case GGUF_TYPE_UINT64:
+            out = double(gguf_get_val_u64(gguf_, id));
+            return true;
+        case GGUF_TYPE_INT64:
+            out = double(gguf_get_val_i64(gguf_, id));
+            return true;
+        case GGUF_TYPE_FLOAT32:
+            out = gguf_get_val_f32(gguf_, id);
+            return true;
+        case GGUF_TYPE_FLOAT64:
+            out = gguf_get_val_f64(gguf_, id);
+            return true;
+        default:
+            return false;
+    }
+}
+
+int32_t ModelReader::required_int(const std::string & key) const {
+    double v = 0;
+    if (!number(key, v)) fail("required metadata key '" + key + "' is missing");
+    return int32_t(v);
+}
+
+int32_t ModelReader::get_int(const std::string & key, int32_t fallback) const {
+    double v = 0;
+    return number(key, v) ? int32_t(v) : fallback;
+}
+
+float ModelReader::get_float(const std::string & key, float fallback) const {
+    double v = 0;
+    return number(key, v) ? float(v) : fallback;
+}
+
+std::string ModelReader::get_string(const std::string & key) const {
+    return gguf_string(gguf_, key);
+}
+
+ggml_tensor * ModelReader::optional(const std::string & name) const {
+    return ggml_get_tensor(ctx_, name.c_str());
+}
+
+ggml_tensor * ModelReader::required(const std::string & name) const {
     ggml_tensor * t = optional(name);
-    if (!t) throw Error("model", path_ + ": required tensor '" + name + "' is missing");
+    if (!t) fail("required tensor '" + name + "' is missing");
     return t;
 }
 
-ggml_tensor * TensorLookup::required_layer(int il, const std::string & suffix) const {
+ggml_tensor * ModelReader::required_layer(int il, const std::string & suffix) const {
     return required("blk." + std::to_string(il) + "." + suffix);
 }
 
-ggml_tensor * TensorLookup::optional_layer(int il, const std::string & suffix) const {
+ggml_tensor * ModelReader::optional_layer(int il, const std::string & suffix) const {
     return optional("blk." + std::to_string(il) + "." + suffix);
-}
-
-void Architecture::load_layer(const TensorLookup & t, int il, LayerWeights & lw) const {
-    lw.attn_norm = t.required_layer(il, "attn_norm.weight");
-    lw.wq = t.required_layer(il, "attn_q.weight");
-    lw.wk = t.required_layer(il, "attn_k.weight");
-    lw.wv = t.required_layer(il, "attn_v.weight");
-    lw.wo = t.required_layer(il, "attn_output.weight");
-    lw.bq = t.optional_layer(il, "attn_q.bias");
-    lw.bk = t.optional_layer(il, "attn_k.bias");
-    lw.bv = t.optional_layer(il, "attn_v.bias");
-    lw.ffn_norm = t.required_layer(il, "ffn_norm.weight");
-    lw.ffn_gate = t.required_layer(il, "ffn_gate.weight");
-    lw.ffn_up = t.required_layer(il, "ffn_up.weight");
-    lw.ffn_down = t.required_layer(il, "ffn_down.weight");
 }
 
 }  // namespace kvlab

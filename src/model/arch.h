@@ -1,31 +1,52 @@
-// The architecture plug-in seam: one file per architecture registers an
-// Architecture; the shared decoder (decoder.cpp) builds the graph from the
-// weights it loaded.
+// The architecture plug-in seam, as llama.cpp's src/models/<arch>.cpp: one file per
+// architecture registers a factory under the GGUF's general.architecture name. The
+// instance made for a model reads the architecture's own hyper-parameters, looks up and
+// owns (pointers to) its weights, and builds its graph from the shared builders
+// (graph_builders.h). The llama family (llama_family.h) is the default composition.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "ggml.h"
 #include "kvlab/model.h"
-
-struct ggml_cgraph;
 
 namespace kvlab {
 
-// Looks tensors up by GGUF name in a loaded model; throws for a missing required one.
-class TensorLookup {
+// A GGUF being loaded: metadata by key and tensors by name; errors name the file.
+class ModelReader {
 public:
-    TensorLookup(ggml_context * ctx, const std::string & model_path) : ctx_(ctx), path_(model_path) {}
-    ggml_tensor * required(const std::string & name) const;
-    ggml_tensor * optional(const std::string & name) const;
+    ModelReader(const gguf_context * gguf, ggml_context * ctx, std::string path, std::string arch)
+        : gguf_(gguf), ctx_(ctx), path_(std::move(path)), arch_(std::move(arch)) {}
+    const std::string & path() const { return path_; }
+    const gguf_context * gguf() const { return gguf_; }
+    // "<arch>.<suffix>", the key of an architecture's hyper-parameter.
+    std::string key(const std::string & suffix) const { return arch_ + "." + suffix; }
+
+    // A numeric value of any GGUF integer or float type; false when absent.
+    bool number(const std::string & key, double & out) const;
+    int32_t required_int(const std::string & key) const;  // throws when absent
+    int32_t get_int(const std::string & key, int32_t fallback) const;
+    float get_float(const std::string & key, float fallback) const;
+    std::string get_string(const std::string & key) const;  // "" when absent or not a string
+
+    ggml_tensor * required(const std::string & name) const;  // throws when missing
+    ggml_tensor * optional(const std::string & name) const;  // nullptr when missing
+    // "blk.<il>.<suffix>"
     ggml_tensor * required_layer(int il, const std::string & suffix) const;
     ggml_tensor * optional_layer(int il, const std::string & suffix) const;
 
+    [[noreturn]] void fail(const std::string & what) const;  // Error("model", "<path>: what")
+
 private:
+    const gguf_context * gguf_;
     ggml_context * ctx_;
     std::string path_;
+    std::string arch_;
 };
 
 // Attention over the KV store for layer il, supplied by the engine.
@@ -35,33 +56,51 @@ using AttentionFn = std::function<ggml_tensor *(int il, ggml_tensor * q, ggml_te
 
 struct GraphInputs {
     ggml_tensor * tokens = nullptr;   // I32 [n_tokens]
-    ggml_tensor * pos = nullptr;      // I32 [n_tokens]
+    ggml_tensor * pos = nullptr;      // I32 [n_tokens]: absolute positions
     ggml_tensor * out_ids = nullptr;  // I32 [n_out]: rows whose logits are computed
+};
+
+// What a graph is built with: the context its nodes live in (no data), the graph, the
+// model's hyper-parameters, the engine's inputs and its attention over the KV store.
+struct GraphContext {
+    ggml_context * ctx;
+    ggml_cgraph * gf;
+    const HParams & hp;
+    GraphInputs in;
+    const AttentionFn & attention;
+    int64_t n_tokens() const { return in.tokens->ne[0]; }
 };
 
 class Architecture {
 public:
     virtual ~Architecture() = default;
-    virtual std::string name() const = 0;
-    // Fills what differs per architecture (RoPE mode, defaults); the common keys are read before.
-    virtual void load_hparams(const gguf_context * gguf, HParams & hp) const = 0;
-    // Looks up layer il's tensors; the default takes the llama layout with optional biases.
-    virtual void load_layer(const TensorLookup & t, int il, LayerWeights & lw) const;
+    // Reads the architecture's own hyper-parameters (hp holds the common ones; the
+    // architecture completes them: RoPE mode, n_vocab from the LM head) and looks up its
+    // tensors. Throws kvlab::Error naming the file and the problem.
+    virtual void load(const ModelReader & r, HParams & hp) = 0;
+    // Adds the forward pass over g.in.tokens to g.gf: F32 logits [n_vocab, n_out].
+    virtual ggml_tensor * build_graph(const GraphContext & g) const = 0;
+    // What methods above the model read (Model::attn_output, Model::rope_freq_factors).
+    virtual const ggml_tensor * attn_output(int il) const = 0;
+    virtual const ggml_tensor * rope_freq_factors() const { return nullptr; }
+    // Adds the architecture's own hyper-parameters to a provenance record's "hparams".
+    virtual void describe(nlohmann::json & hparams) const = 0;
 };
 
-// Builds the decoder graph (embeddings, layers, output norm, lm head) into gf and returns
-// F32 logits [n_vocab, n_out].
-ggml_tensor * build_decoder(ggml_context * ctx, ggml_cgraph * gf, const Model & model, const GraphInputs & in,
-                            const AttentionFn & attention);
+using ArchFactory = std::unique_ptr<Architecture> (*)();
+struct ArchEntry {
+    std::string name;  // general.architecture
+    ArchFactory make;
+};
 
-void register_architecture(std::unique_ptr<Architecture> arch);
-const Architecture * find_architecture(const std::string & name);
+void register_architecture(const std::string & name, ArchFactory make);
+const ArchEntry * find_architecture(const std::string & name);  // nullptr when unknown
 std::vector<std::string> architecture_names();
 
-// Registers an architecture at static-initialisation time: `static ArchRegistrar<LlamaArch> reg;`
-template <typename T>
+// Registers an architecture at static-initialisation time:
+//   const ArchRegistrar registrar("llama", [] { return make_llama_family({}); });
 struct ArchRegistrar {
-    ArchRegistrar() { register_architecture(std::make_unique<T>()); }
+    ArchRegistrar(const std::string & name, ArchFactory make) { register_architecture(name, make); }
 };
 
 }  // namespace kvlab

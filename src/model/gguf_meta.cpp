@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
@@ -134,7 +135,7 @@ void serialise_kv(std::string & out, const gguf_context * ctx, int64_t id) {
 
 }  // namespace
 
-gguf_context * open_gguf_checked(const std::string & path, bool no_alloc, ggml_context ** out_ctx) {
+gguf_context_ptr open_gguf_checked(const std::string & path, bool no_alloc, ggml_context_ptr * out_ctx) {
     struct stat st {};
     if (stat(path.c_str(), &st) != 0) {
         if (errno == ENOENT || errno == ENOTDIR) throw Error("gguf", "no such file: " + path);
@@ -158,8 +159,10 @@ gguf_context * open_gguf_checked(const std::string & path, bool no_alloc, ggml_c
 
     // Parse the header alone first (cheap), so that the sizes can be checked before any data is read.
     const bool header_only = no_alloc || out_ctx == nullptr;
-    gguf_init_params hp{/*no_alloc=*/true, header_only ? out_ctx : nullptr};
-    gguf_context * ctx = gguf_init_from_callback(read_at, &reader, 0, reader.size + k_size_slack, hp);
+    ggml_context * meta = nullptr;
+    gguf_init_params hp{/*no_alloc=*/true, header_only && out_ctx ? &meta : nullptr};
+    gguf_context_ptr ctx(gguf_init_from_callback(read_at, &reader, 0, reader.size + k_size_slack, hp));
+    ggml_context_ptr meta_ptr(meta);
     if (!ctx) {
         if (reader.read_past_end) {
             throw Error("gguf", path + " is truncated: its GGUF header runs past the end of the file (" +
@@ -169,31 +172,34 @@ gguf_context * open_gguf_checked(const std::string & path, bool no_alloc, ggml_c
                                 " bytes; corrupt or unsupported)");
     }
 
-    uint64_t need = gguf_get_data_offset(ctx);
+    uint64_t need = gguf_get_data_offset(ctx.get());
     uint64_t data_bytes = 0;
-    for (int64_t i = 0; i < gguf_get_n_tensors(ctx); ++i) {
-        data_bytes = std::max<uint64_t>(data_bytes, gguf_get_tensor_offset(ctx, i) + gguf_get_tensor_size(ctx, i));
+    for (int64_t i = 0; i < gguf_get_n_tensors(ctx.get()); ++i) {
+        data_bytes =
+            std::max<uint64_t>(data_bytes, gguf_get_tensor_offset(ctx.get(), i) + gguf_get_tensor_size(ctx.get(), i));
     }
     need += data_bytes;
     if (reader.size < need) {
-        gguf_free(ctx);
-        if (header_only && out_ctx && *out_ctx) {
-            ggml_free(*out_ctx);
-            *out_ctx = nullptr;
-        }
         throw Error("gguf", path + " is truncated: it has " + std::to_string(reader.size) +
                                 " bytes but its header and tensor data need " + std::to_string(need));
     }
-    if (header_only) return ctx;
+    if (header_only) {
+        if (out_ctx) *out_ctx = std::move(meta_ptr);
+        return ctx;
+    }
 
-    gguf_free(ctx);
-    gguf_init_params dp{/*no_alloc=*/false, out_ctx};
-    ctx = gguf_init_from_callback(read_at, &reader, 0, reader.size, dp);
+    ctx.reset();
+    gguf_init_params dp{/*no_alloc=*/false, &meta};
+    ctx.reset(gguf_init_from_callback(read_at, &reader, 0, reader.size, dp));
     if (!ctx) throw Error("gguf", "could not read the tensor data of " + path);
+    out_ctx->reset(meta);
     return ctx;
 }
 
-std::string gguf_type_name(const gguf_context * ctx, int64_t key_id) {
+namespace {
+
+// Type of KV key_id as text, in gguf's own names: "u32", "str", "arr[str]", ...
+std::string kv_type_name(const gguf_context * ctx, int64_t key_id) {
     auto name = [](gguf_type t) {
         const char * n = ::gguf_type_name(t);
         return n ? std::string(n) : "unknown(" + std::to_string(int(t)) + ")";
@@ -203,14 +209,21 @@ std::string gguf_type_name(const gguf_context * ctx, int64_t key_id) {
     return name(t);
 }
 
+}  // namespace
+
+std::string gguf_string(const gguf_context * ctx, const std::string & key) {
+    const int64_t id = gguf_find_key(ctx, key.c_str());
+    if (id < 0 || gguf_get_kv_type(ctx, id) != GGUF_TYPE_STRING) return "";
+    return gguf_get_val_str(ctx, id);
+}
+
 GgufSummary summarize_gguf(const gguf_context * ctx) {
     GgufSummary s;
     s.gguf_version = gguf_get_version(ctx);
     s.n_kv = gguf_get_n_kv(ctx);
     s.n_tensors = gguf_get_n_tensors(ctx);
 
-    const int64_t arch_id = gguf_find_key(ctx, "general.architecture");
-    if (arch_id >= 0 && gguf_get_kv_type(ctx, arch_id) == GGUF_TYPE_STRING) s.arch = gguf_get_val_str(ctx, arch_id);
+    s.arch = gguf_string(ctx, "general.architecture");
 
     for (int64_t i = 0; i < s.n_tensors; ++i) {
         const std::string type = ggml_type_name(gguf_get_tensor_type(ctx, i));
@@ -227,7 +240,7 @@ GgufSummary summarize_gguf(const gguf_context * ctx) {
         metadata.update(rec.data(), rec.size());
         if (key == "tokenizer.chat_template") {
             if (gguf_get_kv_type(ctx, i) != GGUF_TYPE_STRING) {
-                throw Error("gguf", "tokenizer.chat_template is not a string (" + gguf_type_name(ctx, i) + ")");
+                throw Error("gguf", "tokenizer.chat_template is not a string (" + kv_type_name(ctx, i) + ")");
             }
             const char * t = gguf_get_val_str(ctx, i);
             s.chat_template_sha256 = sha256_hex(t, std::strlen(t));

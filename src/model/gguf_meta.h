@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "ggml-cpp.h"
 #include "gguf.h"
 
 namespace kvlab {
@@ -27,13 +28,12 @@ struct GgufSummary {
 // Opens a GGUF file. Throws Error("gguf", ...) for: a missing file, a directory, a file without the
 // GGUF magic, a file too short for its header or for its tensor data, and any other parse failure.
 // With out_ctx non-null, a ggml_context holding the tensors is created (with data unless no_alloc).
-// The caller frees the result with gguf_free (and *out_ctx with ggml_free).
-gguf_context * open_gguf_checked(const std::string & path, bool no_alloc, ggml_context ** out_ctx);
+gguf_context_ptr open_gguf_checked(const std::string & path, bool no_alloc, ggml_context_ptr * out_ctx);
+
+// The string value of key; "" when absent or not a string.
+std::string gguf_string(const gguf_context * ctx, const std::string & key);
 
 GgufSummary summarize_gguf(const gguf_context * ctx);
 nlohmann::json to_json(const GgufSummary & s);
-
-// Type of KV key_id as text, in gguf's own names: "u32", "str", "arr[str]", ...
-std::string gguf_type_name(const gguf_context * ctx, int64_t key_id);
 
 }  // namespace kvlab

@@ -1,18 +1,11 @@
-// Architecture `llama`: SmolLM2, TinyLlama, Llama 2/3.x. RoPE in normal (GPT-J) mode,
-// optional Llama-3 frequency factors (rope_freqs.weight), no attention biases.
-#include "ggml.h"
-#include "model/arch.h"
+// Architecture `llama`: SmolLM2, TinyLlama, Llama 2/3.x. The llama family as it is: RoPE
+// in normal (GPT-J) mode, optional Llama-3 frequency factors, optional attention biases.
+#include "model/llama_family.h"
 
 namespace kvlab {
 namespace {
 
-class LlamaArch final : public Architecture {
-public:
-    std::string name() const override { return "llama"; }
-    void load_hparams(const gguf_context *, HParams & hp) const override { hp.rope_mode = GGML_ROPE_TYPE_NORMAL; }
-};
-
-ArchRegistrar<LlamaArch> registrar;
+const ArchRegistrar registrar("llama", [] { return make_llama_family({.rope_mode = GGML_ROPE_TYPE_NORMAL}); });
 
 }  // namespace
 }  // namespace kvlab

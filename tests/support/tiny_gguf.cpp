@@ -4,10 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "ggml-cpp.h"
 #include "gguf.h"
 #include "kvlab/error.h"
 #include "llama.h"
@@ -17,15 +18,6 @@ namespace {
 
 constexpr const char * k_component = "tiny_gguf";
 constexpr float k_noise = 0.05f;  // std of the noise on norms (around 1) and of biases (around 0)
-
-struct GgufFree {
-    void operator()(gguf_context * c) const { gguf_free(c); }
-};
-struct GgmlFree {
-    void operator()(ggml_context * c) const { ggml_free(c); }
-};
-using GgufPtr = std::unique_ptr<gguf_context, GgufFree>;
-using GgmlPtr = std::unique_ptr<ggml_context, GgmlFree>;
 
 // Standard normal numbers by Box-Muller over mt19937_64, so that a seed gives the same
 // weights with every standard library (std::normal_distribution is implementation-defined).
@@ -66,16 +58,62 @@ void check(bool ok, const std::string & message) {
     if (!ok) throw Error(k_component, message);
 }
 
+// Widths a tensor dimension can take, from the spec.
+enum class Width { embd, head, q, kv };  // n_embd, head_dim, n_head*head_dim, n_head_kv*head_dim
+
+// A per-layer vector an architecture adds to the llama layout, right after the layer's
+// tensor `after` (a suffix of the llama layout, in plan_tensors).
+struct ExtraTensor {
+    const char * after;
+    const char * suffix;
+    Kind kind;
+    Width ne0;
+};
+
+// The tiny-model spec of each architecture: what it adds to the llama layout (llama.cpp's
+// src/models/<arch>.cpp loader) in tensors and "<arch>." metadata. Adding an architecture
+// adds its row.
+struct ArchLayout {
+    const char * arch;
+    std::vector<ExtraTensor> layer_extra;  // in file order
+    bool q_is_embd = false;                // llama.cpp's loader needs n_head * head_dim == n_embd
+    std::vector<std::pair<const char *, uint32_t>> u32_keys = {};
+    std::vector<std::pair<const char *, float>> f32_keys = {};
+};
+
+const std::vector<ArchLayout> & layouts() {
+    static const std::vector<ArchLayout> l = {
+        {"llama", {}},
+        {"qwen2",
+         {{"attn_v.weight", "attn_q.bias", Kind::Bias, Width::q},
+          {"attn_v.weight", "attn_k.bias", Kind::Bias, Width::kv},
+          {"attn_v.weight", "attn_v.bias", Kind::Bias, Width::kv}},
+         true},
+        {"qwen3",
+         {{"attn_v.weight", "attn_q_norm.weight", Kind::Norm, Width::head},
+          {"attn_v.weight", "attn_k_norm.weight", Kind::Norm, Width::head}}},
+    };
+    return l;
+}
+
+const ArchLayout * find_layout(const std::string & arch) {
+    for (const auto & l : layouts())
+        if (arch == l.arch) return &l;
+    return nullptr;
+}
+
 void validate(const TinySpec & s) {
-    check(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3",
-          "unsupported arch '" + s.arch + "' (llama, qwen2, qwen3)");
+    const ArchLayout * layout = find_layout(s.arch);
+    std::string known;
+    for (const auto & l : layouts()) known += (known.empty() ? "" : ", ") + std::string(l.arch);
+    check(layout != nullptr, "unsupported arch '" + s.arch + "' (" + known + ")");
     check(s.n_layer > 0 && s.n_embd > 0 && s.n_head > 0 && s.n_head_kv > 0 && s.head_dim > 0 && s.n_ff > 0 &&
               s.n_ctx_train > 0,
           "every size of the spec must be positive");
     check(s.n_head % s.n_head_kv == 0, "n_head must be a multiple of n_head_kv");
     check(s.head_dim % 2 == 0, "head_dim must be even (RoPE rotates pairs)");
-    if (s.arch == "qwen2") {
-        check(s.n_head * s.head_dim == s.n_embd, "qwen2 in llama.cpp needs n_head * head_dim == n_embd");
+    if (layout->q_is_embd) {
+        check(s.n_head * s.head_dim == s.n_embd, s.arch + " in llama.cpp needs n_head * head_dim == n_embd");
     }
     check(s.weight_type == GGML_TYPE_F32 || s.weight_type == GGML_TYPE_F16 || s.weight_type == GGML_TYPE_Q8_0,
           std::string("weight_type must be F32, F16 or Q8_0, not ") + ggml_type_name(s.weight_type));
@@ -85,32 +123,41 @@ void validate(const TinySpec & s) {
               ggml_type_name(s.weight_type));
 }
 
-// Every tensor llama.cpp's loader creates for the arch (src/models/<arch>.cpp), in file order.
+// Every tensor llama.cpp's loader creates for the arch, in file order.
 std::vector<TensorPlan> plan_tensors(const TinySpec & s, int64_t n_vocab) {
     const int64_t n_q = int64_t(s.n_head) * s.head_dim;      // query width
     const int64_t n_kv = int64_t(s.n_head_kv) * s.head_dim;  // key / value width
+    auto width = [&](Width w) -> int64_t {
+        switch (w) {
+            case Width::embd:
+                return s.n_embd;
+            case Width::head:
+                return s.head_dim;
+            case Width::q:
+                return n_q;
+            case Width::kv:
+                return n_kv;
+        }
+        return 0;
+    };
+    // the llama layout of one layer
+    const std::vector<TensorPlan> layer = {
+        {"attn_norm.weight", Kind::Norm, s.n_embd, 1},       {"attn_q.weight", Kind::Matrix, s.n_embd, n_q},
+        {"attn_k.weight", Kind::Matrix, s.n_embd, n_kv},     {"attn_v.weight", Kind::Matrix, s.n_embd, n_kv},
+        {"attn_output.weight", Kind::Matrix, n_q, s.n_embd}, {"ffn_norm.weight", Kind::Norm, s.n_embd, 1},
+        {"ffn_gate.weight", Kind::Matrix, s.n_embd, s.n_ff}, {"ffn_up.weight", Kind::Matrix, s.n_embd, s.n_ff},
+        {"ffn_down.weight", Kind::Matrix, s.n_ff, s.n_embd},
+    };
+    const std::vector<ExtraTensor> & extra = find_layout(s.arch)->layer_extra;
     std::vector<TensorPlan> p;
     p.push_back({"token_embd.weight", Kind::Matrix, s.n_embd, n_vocab});
     for (int il = 0; il < s.n_layer; ++il) {
         const std::string b = "blk." + std::to_string(il) + ".";
-        p.push_back({b + "attn_norm.weight", Kind::Norm, s.n_embd, 1});
-        p.push_back({b + "attn_q.weight", Kind::Matrix, s.n_embd, n_q});
-        p.push_back({b + "attn_k.weight", Kind::Matrix, s.n_embd, n_kv});
-        p.push_back({b + "attn_v.weight", Kind::Matrix, s.n_embd, n_kv});
-        if (s.arch == "qwen2") {
-            p.push_back({b + "attn_q.bias", Kind::Bias, n_q, 1});
-            p.push_back({b + "attn_k.bias", Kind::Bias, n_kv, 1});
-            p.push_back({b + "attn_v.bias", Kind::Bias, n_kv, 1});
+        for (const TensorPlan & t : layer) {
+            p.push_back({b + t.name, t.kind, t.ne0, t.ne1});
+            for (const ExtraTensor & e : extra)
+                if (t.name == e.after) p.push_back({b + e.suffix, e.kind, width(e.ne0), 1});
         }
-        if (s.arch == "qwen3") {
-            p.push_back({b + "attn_q_norm.weight", Kind::Norm, s.head_dim, 1});
-            p.push_back({b + "attn_k_norm.weight", Kind::Norm, s.head_dim, 1});
-        }
-        p.push_back({b + "attn_output.weight", Kind::Matrix, n_q, s.n_embd});
-        p.push_back({b + "ffn_norm.weight", Kind::Norm, s.n_embd, 1});
-        p.push_back({b + "ffn_gate.weight", Kind::Matrix, s.n_embd, s.n_ff});
-        p.push_back({b + "ffn_up.weight", Kind::Matrix, s.n_embd, s.n_ff});
-        p.push_back({b + "ffn_down.weight", Kind::Matrix, s.n_ff, s.n_embd});
     }
     p.push_back({"output_norm.weight", Kind::Norm, s.n_embd, 1});
     if (!s.tie_embeddings) p.push_back({"output.weight", Kind::Matrix, s.n_embd, n_vocab});
@@ -153,13 +200,13 @@ uint32_t file_type(ggml_type t) {
 }
 
 // The tokenizer.* keys of the GGUF at path, in a context of their own.
-GgufPtr tokenizer_kv(const std::string & path) {
+gguf_context_ptr tokenizer_kv(const std::string & path) {
     gguf_init_params params{};
     params.no_alloc = true;
     params.ctx = nullptr;
-    GgufPtr src(gguf_init_from_file(path.c_str(), params));
+    gguf_context_ptr src(gguf_init_from_file(path.c_str(), params));
     check(src != nullptr, "cannot read GGUF metadata of vocabulary source " + path);
-    GgufPtr kv(gguf_init_empty());
+    gguf_context_ptr kv(gguf_init_empty());
     gguf_set_kv(kv.get(), src.get());
     std::vector<std::string> other;
     for (int64_t i = 0; i < gguf_get_n_kv(kv.get()); ++i) {
@@ -190,16 +237,19 @@ void set_hparams(gguf_context * out, const TinySpec & s, uint32_t n_vocab) {
     gguf_set_val_u32(out, (a + "rope.dimension_count").c_str(), uint32_t(s.head_dim));
     gguf_set_val_f32(out, (a + "rope.freq_base").c_str(), s.rope_theta);
     gguf_set_val_f32(out, (a + "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
+    const ArchLayout * layout = find_layout(s.arch);
+    for (const auto & [key, v] : layout->u32_keys) gguf_set_val_u32(out, (a + key).c_str(), v);
+    for (const auto & [key, v] : layout->f32_keys) gguf_set_val_f32(out, (a + key).c_str(), v);
 }
 
 }  // namespace
 
 std::string write_tiny_gguf(const TinySpec & spec, const std::string & vocab_src, const std::string & out_path) {
     validate(spec);
-    GgufPtr tok = tokenizer_kv(vocab_src);
+    gguf_context_ptr tok = tokenizer_kv(vocab_src);
     const auto n_vocab = uint32_t(gguf_get_arr_n(tok.get(), gguf_find_key(tok.get(), "tokenizer.ggml.tokens")));
 
-    GgufPtr out(gguf_init_empty());
+    gguf_context_ptr out(gguf_init_empty());
     set_hparams(out.get(), spec, n_vocab);
     gguf_set_kv(out.get(), tok.get());
 
@@ -211,7 +261,7 @@ std::string write_tiny_gguf(const TinySpec & spec, const std::string & vocab_src
     params.mem_size = mem + 1024;
     params.mem_buffer = nullptr;
     params.no_alloc = false;
-    GgmlPtr ctx(ggml_init(params));
+    ggml_context_ptr ctx(ggml_init(params));
     check(ctx != nullptr, "cannot allocate " + std::to_string(mem) + " bytes for the tensors");
 
     Normal normal(spec.seed);

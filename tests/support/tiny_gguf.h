@@ -11,7 +11,7 @@
 namespace kvlab::test {
 
 struct TinySpec {
-    std::string arch;  // "llama" | "qwen2" | "qwen3"
+    std::string arch;  // a row of the layout table in tiny_gguf.cpp: "llama" | "qwen2" | "qwen3"
     int n_layer = 2;
     int n_embd = 64;
     int n_head = 4;

@@ -21,7 +21,7 @@ constexpr float k_eps = 1e-4f;
 
 // W_o of layer il dequantized to float32, [n_embd][n_head * head_dim].
 std::vector<float> output_matrix(const Model & m, int il) {
-    const ggml_tensor * wo = m.weights().layers[il].wo;
+    const ggml_tensor * wo = m.attn_output(il);
     const int64_t n_in = wo->ne[0], n_out = wo->ne[1];
     std::vector<float> w(size_t(n_in * n_out));
     std::vector<uint8_t> raw(ggml_nbytes(wo));

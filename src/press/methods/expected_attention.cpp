@@ -24,7 +24,7 @@ struct Rope {
         const HParams & hp = m.hparams();
         const int half = hp.n_rot / 2;
         std::vector<float> ff(size_t(half), 1.0f);
-        if (const ggml_tensor * t = m.weights().rope_freqs)
+        if (const ggml_tensor * t = m.rope_freq_factors())
             ggml_backend_tensor_get(const_cast<ggml_tensor *>(t), ff.data(), 0, ff.size() * sizeof(float));
         for (int i = 0; i < half; ++i) {
             const bool neox = hp.rope_mode == GGML_ROPE_TYPE_NEOX;

@@ -1,0 +1,19 @@
+// The seam between the engine and the compression methods that score the cache from
+// attention: the engine hands each prefilled chunk's post-RoPE queries to an observer.
+// Lives in the press layer (below the engine), so methods never depend on the engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace kvlab {
+
+// Receives the post-RoPE queries of prefilled tokens, chunk by chunk. Called after each
+// chunk is computed, when the cache already holds that chunk's keys.
+struct QueryObserver {
+    int64_t first = 0;  // first token (0-based in the prefill call) whose queries are wanted
+    // q: F32 [n][n_head][head_dim] of layer il for tokens [tok0, tok0 + n) of the call.
+    std::function<void(int il, int64_t tok0, int64_t n, const float * q)> on_queries;
+};
+
+}  // namespace kvlab

@@ -1,0 +1,35 @@
+// The project's bundled haystack essays, found beside the executable or the working directory.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "eval/runner.h"
+#include "kvlab/error.h"
+
+namespace kvlab::eval {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> default_haystack() {
+    std::vector<fs::path> roots;
+    if (const char * d = std::getenv("KVLAB_DATA_DIR")) roots.emplace_back(d);
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        roots.push_back(exe.parent_path().parent_path() / "data");
+        roots.push_back(exe.parent_path().parent_path().parent_path() / "data");
+    }
+    roots.push_back(fs::current_path() / "data");
+    for (const fs::path & r : roots) {
+        const fs::path dir = r / "haystack";
+        if (!fs::is_directory(dir, ec)) continue;
+        std::vector<std::string> files;
+        for (const auto & e : fs::directory_iterator(dir))
+            if (e.path().extension() == ".txt") files.push_back(e.path().string());
+        std::sort(files.begin(), files.end());
+        if (!files.empty()) return files;
+    }
+    throw Error("eval", "cannot find the haystack essays (data/haystack); set KVLAB_DATA_DIR or give haystack files");
+}
+
+}  // namespace kvlab::eval

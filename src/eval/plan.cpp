@@ -1,0 +1,73 @@
+#include "eval/plan.h"
+
+#include <filesystem>
+
+#include "eval/report.h"
+#include "kvlab/error.h"
+#include "kvlab/press.h"
+
+namespace kvlab::eval {
+
+namespace fs = std::filesystem;
+
+int64_t RunPlan::n_answers() const {
+    int64_t n = 0;
+    for (const Sample & s : mine) n += int64_t(s.questions.size() * configs.size());
+    return n;
+}
+
+RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & tok) {
+    if (cfg.n_shards < 1 || cfg.shard < 0 || cfg.shard >= cfg.n_shards)
+        throw Error("eval", "shard must be i/N with 0 <= i < N, got " + std::to_string(cfg.shard) + "/" +
+                                std::to_string(cfg.n_shards));
+    if (cfg.max_tokens < 1) throw Error("eval", "max_tokens must be at least 1");
+    if (!cfg.methods.empty() && cfg.budgets.empty()) throw Error("eval", "methods need at least one budget");
+    for (const auto & m : cfg.methods) make_press(m.name, m.params, model);  // validate before any work
+    RunPlan plan;
+    plan.configs.push_back({"none", "full", -1, {}});
+    for (size_t m = 0; m < cfg.methods.size(); ++m)
+        for (const auto & b : cfg.budgets) {
+            (void)b.budget();  // validates the ratio or token budget
+            plan.configs.push_back({cfg.methods[m].name, b.label(), int(m), b});
+        }
+
+    const Haystack hay = load_haystack(cfg.haystack.empty() ? default_haystack() : cfg.haystack);
+    const TokenCounter count = [&](const std::string & s) { return int64_t(tok.encode(s, false).size()); };
+    std::vector<Sample> samples;
+    for (const std::string & t : cfg.tasks) {
+        std::vector<Sample> s =
+            t.rfind("qa:", 0) == 0 ? load_qa_jsonl(t.substr(3)) : make_task(t, cfg.task, hay, count);
+        samples.insert(samples.end(), s.begin(), s.end());
+    }
+    plan.n_samples = samples.size();
+    for (size_t i = 0; i < samples.size(); ++i)
+        if (int(i % cfg.n_shards) == cfg.shard) plan.mine.push_back(samples[i]);
+
+    plan.out_path = (fs::path(cfg.out_dir) / ("records-" + std::to_string(cfg.shard) + "-of-" +
+                                              std::to_string(cfg.n_shards) + ".jsonl"))
+                        .string();
+    if (fs::exists(plan.out_path))
+        for (const auto & r : read_records({plan.out_path}))
+            if (r.value("kind", "") == "answer")
+                plan.done.insert({r["sample_id"], r["question_index"], r["method"], r["budget_label"]});
+    return plan;
+}
+
+std::ofstream open_records(const RunPlan & plan, const RunConfig & cfg, const nlohmann::json & provenance) {
+    std::error_code ec;
+    fs::create_directories(cfg.out_dir, ec);
+    if (ec) throw Error("eval", "cannot create " + cfg.out_dir + ": " + ec.message());
+    std::ofstream os(plan.out_path, std::ios::app);
+    if (!os) throw Error("eval", "cannot write " + plan.out_path);
+    if (fs::file_size(plan.out_path, ec) == 0 && !ec) {  // a new file: the header first
+        nlohmann::json header = {{"kind", "header"},
+                                 {"config", cfg.to_json()},
+                                 {"shard", std::to_string(cfg.shard) + "/" + std::to_string(cfg.n_shards)},
+                                 {"n_samples", plan.n_samples},
+                                 {"provenance", provenance}};
+        os << header.dump() << "\n" << std::flush;
+    }
+    return os;
+}
+
+}  // namespace kvlab::eval

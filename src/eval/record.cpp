@@ -1,0 +1,58 @@
+#include "eval/record.h"
+
+#include "kvlab/sys.h"
+
+namespace kvlab::eval {
+
+nlohmann::json answer_record(const AnswerFacts & f) {
+    const Sample & s = *f.sample;
+    const Question & q = s.questions[f.question];
+    const EvalConfig & c = *f.config;
+    const KvStore & cache = f.prepared->cache;
+    const GenerateResult & r = *f.result;
+    nlohmann::json ratio = c.is_full()            ? nlohmann::json(0.0)
+                           : c.budget.tokens >= 0 ? nlohmann::json()
+                                                  : nlohmann::json(c.budget.ratio);
+    nlohmann::json compress;
+    if (!c.is_full()) {
+        compress = f.prepared->stats.to_json();
+        compress.erase("kept");
+    }
+    return {{"kind", "answer"},
+            {"sample_id", s.id},
+            {"task", s.task},
+            {"question_index", f.question},
+            {"question", q.question},
+            {"method", c.method},
+            {"budget_label", c.label},
+            {"ratio", ratio},
+            {"achieved_ratio", achieved_ratio(cache, f.context_tokens)},
+            {"params", f.method_params},
+            {"query_aware", f.query_aware},
+            {"metric", s.metric},
+            {"score", score(s.metric, f.text, q.answers)},
+            {"answer", f.text},
+            {"answer_tokens", r.tokens.size()},
+            {"references", q.answers},
+            {"fidelity",
+             {{"kl_mean", f.fidelity.kl_mean},
+              {"kl_max", f.fidelity.kl_max},
+              {"top1_agreement", f.fidelity.top1_agreement},
+              {"n_positions", f.fidelity.n_positions},
+              {"identical", f.identical}}},
+            {"kv_allocated_bytes", cache.bytes()},
+            {"kv_used_bytes", cache.used_bytes()},
+            {"kept_rows", cache.total_rows()},
+            {"context_tokens", f.context_tokens},
+            {"prefill_s", f.prefill_s},
+            {"compress_s", c.is_full() ? 0.0 : f.prepared->stats.seconds()},
+            {"compress", compress},
+            {"ttft_s", r.ttft_s},
+            {"decode_s", r.decode_s},
+            {"decode_tokens_per_s", r.decode_tokens_per_second()},
+            {"stop_reason", r.stop_reason},
+            {"peak_rss_bytes", mem_info().peak_rss_bytes},
+            {"sample_meta", s.meta}};
+}
+
+}  // namespace kvlab::eval

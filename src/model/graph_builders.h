@@ -1,0 +1,68 @@
+// Small graph builders that architectures compose into their graphs (as llama.cpp's
+// llm_graph_context::build_norm / build_qkv / build_attn / build_ffn). Activations are
+// F32 with the feature dim first: [n_embd, n_tokens], heads as [head_dim, n_heads, n_tokens].
+#pragma once
+
+#include "model/arch.h"
+
+namespace kvlab::graph {
+
+// Token embeddings: rows of tok_embd [n_embd, n_vocab] for g.in.tokens -> F32 [n_embd, n_tokens].
+ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd);
+
+// RMS normalisation over dim 0, times w: x F32 [n, ...], w F32 [n].
+ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
+
+// w x (+ b): w [n_in, n_out] (any type), b F32 [n_out] or nullptr, x F32 [n_in, n_tokens]
+// -> F32 [n_out, n_tokens].
+ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * b, ggml_tensor * x);
+
+struct QkvWeights {
+    ggml_tensor * wq = nullptr;      // [n_embd, n_head*head_dim]
+    ggml_tensor * wk = nullptr;      // [n_embd, n_head_kv*head_dim]
+    ggml_tensor * wv = nullptr;      // [n_embd, n_head_kv*head_dim]
+    ggml_tensor * bq = nullptr;      // F32 [n_head*head_dim], optional
+    ggml_tensor * bk = nullptr;      // F32 [n_head_kv*head_dim], optional
+    ggml_tensor * bv = nullptr;      // F32 [n_head_kv*head_dim], optional
+    ggml_tensor * q_norm = nullptr;  // F32 [head_dim], optional RMS norm of each query head
+    ggml_tensor * k_norm = nullptr;  // F32 [head_dim], optional RMS norm of each key head
+};
+
+struct Qkv {
+    ggml_tensor * q = nullptr;  // F32 [head_dim, n_head, n_tokens]
+    ggml_tensor * k = nullptr;  // F32 [head_dim, n_head_kv, n_tokens]
+    ggml_tensor * v = nullptr;  // F32 [head_dim, n_head_kv, n_tokens]
+};
+
+// Q, K, V projections of x F32 [n_embd, n_tokens] with their optional biases, split into
+// heads, then the optional per-head norms of Q and K (eps). Before RoPE.
+Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float norm_eps);
+
+// RoPE (g.hp's parameters) of x F32 [head_dim, n_heads, n_tokens] at g.in.pos;
+// freq_factors F32 [n_rot/2] or nullptr.
+ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_factors);
+
+// Attention of layer il over the KV store (through the engine's g.attention; the new
+// keys and values are appended to the store) and the output projection wo
+// [n_head*head_dim, n_embd] with optional bias bo F32 [n_embd] -> F32 [n_embd, n_tokens].
+ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_tensor * wo, ggml_tensor * bo = nullptr);
+
+struct FfnWeights {
+    ggml_tensor * gate = nullptr;  // [n_embd, n_ff]
+    ggml_tensor * up = nullptr;    // [n_embd, n_ff]
+    ggml_tensor * down = nullptr;  // [n_ff, n_embd]
+};
+
+// down(silu(gate x) * up x): x F32 [n_embd, n_tokens] -> F32 [n_embd, n_tokens].
+ggml_tensor * ffn_silu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x);
+
+// Only the rows of x F32 [n, n_tokens] whose logits are wanted (g.in.out_ids): the last
+// layer applies it to its residual and attention output, so its FFN and the head see
+// n_out rows. x itself when there are no out_ids.
+ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x);
+
+// Final RMS norm (norm F32 [n_embd], eps) and LM head w_out [n_embd, n_vocab]; expands
+// g.gf up to the logits F32 [n_vocab, n_out] and returns them.
+ggml_tensor * lm_head(const GraphContext & g, ggml_tensor * x, ggml_tensor * norm, float eps, ggml_tensor * w_out);
+
+}  // namespace kvlab::graph

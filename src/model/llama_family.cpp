@@ -1,0 +1,112 @@
+#include "model/llama_family.h"
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "model/graph_builders.h"
+
+namespace kvlab {
+namespace {
+
+struct LlamaLayer {
+    ggml_tensor * attn_norm = nullptr;  // F32 [n_embd]
+    graph::QkvWeights attn;             // Q, K, V with the options' biases and norms
+    ggml_tensor * wo = nullptr;         // [n_head*head_dim, n_embd]
+    ggml_tensor * ffn_norm = nullptr;   // F32 [n_embd]
+    graph::FfnWeights ffn;              // gate, up [n_embd, n_ff]; down [n_ff, n_embd]
+};
+
+class LlamaFamily final : public Architecture {
+public:
+    explicit LlamaFamily(const LlamaOptions & opts) : opts_(opts) {}
+
+    void load(const ModelReader & r, HParams & hp) override {
+        hp.rope_mode = opts_.rope_mode;
+        n_ff_ = r.required_int(r.key("feed_forward_length"));
+        rms_eps_ = r.get_float(r.key("attention.layer_norm_rms_epsilon"), 1e-5f);
+        sliding_window_ = r.get_int(r.key("attention.sliding_window"), 0);
+        if (sliding_window_ > 0) r.fail("sliding-window attention is not supported yet");
+
+        tok_embd_ = r.required("token_embd.weight");
+        output_norm_ = r.required("output_norm.weight");
+        output_ = r.optional("output.weight");
+        if (!output_) output_ = tok_embd_;
+        rope_freqs_ = r.optional("rope_freqs.weight");
+        if (tok_embd_->ne[0] != hp.n_embd) r.fail("token_embd has the wrong width");
+        hp.n_vocab = int32_t(output_->ne[1]);
+
+        layers_.resize(hp.n_layer);
+        for (int il = 0; il < hp.n_layer; ++il) {
+            LlamaLayer & l = layers_[il];
+            l.attn_norm = r.required_layer(il, "attn_norm.weight");
+            l.attn.wq = r.required_layer(il, "attn_q.weight");
+            l.attn.wk = r.required_layer(il, "attn_k.weight");
+            l.attn.wv = r.required_layer(il, "attn_v.weight");
+            auto bias = [&](const char * name) {
+                return opts_.qkv_bias ? r.required_layer(il, name) : r.optional_layer(il, name);
+            };
+            l.attn.bq = bias("attn_q.bias");
+            l.attn.bk = bias("attn_k.bias");
+            l.attn.bv = bias("attn_v.bias");
+            if (opts_.qk_norm) {
+                l.attn.q_norm = r.required_layer(il, "attn_q_norm.weight");
+                l.attn.k_norm = r.required_layer(il, "attn_k_norm.weight");
+            }
+            l.wo = r.required_layer(il, "attn_output.weight");
+            l.ffn_norm = r.required_layer(il, "ffn_norm.weight");
+            l.ffn.gate = r.required_layer(il, "ffn_gate.weight");
+            l.ffn.up = r.required_layer(il, "ffn_up.weight");
+            l.ffn.down = r.required_layer(il, "ffn_down.weight");
+        }
+    }
+
+    ggml_tensor * build_graph(const GraphContext & g) const override {
+        ggml_context * ctx = g.ctx;
+        const int n_layer = int(layers_.size());
+        ggml_tensor * x = graph::embed(g, tok_embd_);  // F32 [n_embd, n_tokens]
+        for (int il = 0; il < n_layer; ++il) {
+            const LlamaLayer & l = layers_[il];
+            graph::Qkv a = graph::qkv(g, l.attn, graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), rms_eps_);
+            a.q = graph::rope(g, a.q, rope_freqs_);
+            a.k = graph::rope(g, a.k, rope_freqs_);
+            ggml_tensor * o = graph::attention(g, il, a, l.wo);  // F32 [n_embd, n_tokens]
+            if (il == n_layer - 1) {
+                // only the rows whose logits are wanted go through the last FFN and the head
+                o = graph::output_rows(g, o);
+                x = graph::output_rows(g, x);
+            }
+            x = ggml_add(ctx, x, o);
+            x = ggml_add(ctx, x, graph::ffn_silu_gated(ctx, l.ffn, graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_)));
+        }
+        return graph::lm_head(g, x, output_norm_, rms_eps_, output_);
+    }
+
+    const ggml_tensor * attn_output(int il) const override { return layers_.at(size_t(il)).wo; }
+    const ggml_tensor * rope_freq_factors() const override { return rope_freqs_; }
+
+    void describe(nlohmann::json & hparams) const override {
+        hparams["n_ff"] = n_ff_;
+        hparams["rms_eps"] = rms_eps_;
+        hparams["sliding_window"] = sliding_window_;
+        hparams["tied_embeddings"] = output_ == tok_embd_;
+    }
+
+private:
+    LlamaOptions opts_;
+    int32_t n_ff_ = 0;
+    float rms_eps_ = 1e-5f;
+    int32_t sliding_window_ = 0;           // 0: none (the only value loaded)
+    ggml_tensor * tok_embd_ = nullptr;     // [n_embd, n_vocab]
+    ggml_tensor * output_norm_ = nullptr;  // F32 [n_embd]
+    ggml_tensor * output_ = nullptr;       // [n_embd, n_vocab] (== tok_embd_ when tied)
+    ggml_tensor * rope_freqs_ = nullptr;   // F32 [n_rot/2] (Llama 3 RoPE scaling), optional
+    std::vector<LlamaLayer> layers_;       // [n_layer]
+};
+
+}  // namespace
+
+std::unique_ptr<Architecture> make_llama_family(const LlamaOptions & opts) {
+    return std::make_unique<LlamaFamily>(opts);
+}
+
+}  // namespace kvlab

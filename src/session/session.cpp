@@ -1,0 +1,102 @@
+#include "kvlab/session.h"
+
+#include "kvlab/error.h"
+
+namespace kvlab {
+
+int64_t answer_reserve(const SessionOptions & o) {
+    return o.max_query_tokens + o.max_answer_tokens;
+}
+
+ContextQuery split_query(const Tokenizer::SplitPrompt & p, bool query_aware) {
+    if (!query_aware || p.query.empty()) return {p.context, p.query};
+    ContextQuery cq{p.context, {p.query.back()}};
+    cq.context.insert(cq.context.end(), p.query.begin(), p.query.end() - 1);
+    return cq;
+}
+
+std::vector<std::vector<int64_t>> kept_rows(const KvStore & c) {
+    std::vector<std::vector<int64_t>> kept(c.n_layer());
+    for (int il = 0; il < c.n_layer(); ++il)
+        for (int h = 0; h < c.n_head_kv(); ++h) kept[il].push_back(c.n_rows(il, h));
+    return kept;
+}
+
+double achieved_ratio(const KvStore & c, int64_t context_rows) {
+    const double full = double(context_rows) * c.n_layer() * c.n_head_kv();
+    return full > 0 ? 1.0 - double(c.total_rows()) / full : 0.0;
+}
+
+ContextSession::ContextSession(Engine & engine, const std::vector<MethodRequest> & methods, SessionOptions opts)
+    : engine_(engine), opts_(opts), reserve_(answer_reserve(opts)) {
+    if (opts.max_query_tokens < 0 || opts.max_answer_tokens < 0)
+        throw Error("session", "query and answer lengths cannot be negative");
+    for (const MethodRequest & m : methods) presses_.push_back(make_press(m.name, m.params, engine.model()));
+}
+
+void ContextSession::prefill(const std::vector<int32_t> & context) {
+    if (base_) throw Error("session", "a session prefills one context");
+    const int64_t L = int64_t(context.size()), n_ctx = engine_.model().hparams().n_ctx_train;
+    if (L < 1) throw Error("session", "the context is empty");
+    if (L + reserve_ > n_ctx)
+        throw Error("session", "the context has " + std::to_string(L) + " tokens; with the longest query (" +
+                                   std::to_string(opts_.max_query_tokens) + ") and answer (" +
+                                   std::to_string(opts_.max_answer_tokens) +
+                                   ") that exceeds the model's context of " + std::to_string(n_ctx) + " tokens");
+    auto base = std::make_unique<KvStore>(engine_.new_cache(L));
+    ObserverSet observers(engine_.model());
+    for (auto & p : presses_) observers.add(p->observer(*base, L));
+    PrefillStats ps;
+    engine_.prefill(*base, context, &ps, nullptr, observers.get());
+    for (const auto & p : presses_) ps.seconds -= p->observe_seconds();  // the model's part
+    prefill_ = ps;
+    base_ = std::move(base);
+}
+
+const KvStore & ContextSession::prefilled() const {
+    if (!base_) throw Error("session", "no context has been prefilled");
+    return *base_;
+}
+
+PreparedCache ContextSession::full() const {
+    PreparedCache p{prefilled().copy(), {}, "none"};
+    CompressStats & st = p.stats;
+    st.rows_before = p.cache.total_rows();
+    st.bytes_before = p.cache.bytes();
+    st.used_before = p.cache.used_bytes();
+    p.cache.fit(reserve_);
+    st.rows_after = p.cache.total_rows();
+    st.bytes_after = p.cache.bytes();
+    st.used_after = p.cache.used_bytes();
+    st.kept = kept_rows(p.cache);
+    return p;
+}
+
+PreparedCache ContextSession::compress(size_t method, const Budget & budget) {
+    Press & press = *presses_.at(method);
+    PreparedCache p{prefilled().copy(), {}, press.name()};
+    p.stats = kvlab::compress(press, p.cache, budget, reserve_);
+    return p;
+}
+
+GenerateResult ContextSession::answer(const KvStore & cache, const std::vector<int32_t> & query,
+                                      const GenerateOptions & go) const {
+    KvStore work = cache.copy();
+    return engine_.generate(work, query, go);
+}
+
+std::vector<float> ContextSession::teacher_forced(const KvStore & cache, const std::vector<int32_t> & query,
+                                                  const std::vector<int32_t> & answer) const {
+    if (query.empty()) throw Error("session", "teacher forcing needs a query");
+    KvStore work = cache.copy();
+    std::vector<int32_t> seq = query;
+    if (!answer.empty()) seq.insert(seq.end(), answer.begin(), answer.end() - 1);
+    std::vector<float> all;
+    engine_.prefill(work, seq, nullptr, &all);
+    const int64_t n_vocab = engine_.model().hparams().n_vocab;
+    const int64_t rows = std::max<int64_t>(1, int64_t(answer.size()));
+    const int64_t first = int64_t(query.size()) - 1;
+    return {all.begin() + first * n_vocab, all.begin() + (first + rows) * n_vocab};
+}
+
+}  // namespace kvlab

@@ -1,0 +1,177 @@
+#include "eval_cli.h"
+
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common.h"
+#include "eval/report.h"
+#include "kvlab/error.h"
+
+namespace kvlab::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string duration(double s) {
+    char b[32];
+    const int t = int(s + 0.5);
+    if (t >= 60)
+        std::snprintf(b, sizeof(b), "%dm%02ds", t / 60, t % 60);
+    else
+        std::snprintf(b, sizeof(b), "%ds", t);
+    return b;
+}
+
+void progress_bar(const eval::Progress & p) {
+    const double frac = p.total > 0 ? double(p.done) / double(p.total) : 0.0;
+    const int width = 24, fill = int(frac * width);
+    std::string bar(size_t(fill), '#');
+    bar.resize(width, '.');
+    const int64_t fresh = p.done - p.skipped;
+    const double eta = fresh > 0 ? p.elapsed_s / double(fresh) * double(p.total - p.done) : 0.0;
+    std::string what = p.what.substr(0, 48);
+    std::fprintf(stderr, "\r[%s] %lld/%lld %3.0f%% %s elapsed, ETA %s  %-48s", bar.c_str(),
+                 static_cast<long long>(p.done), static_cast<long long>(p.total), 100.0 * frac,
+                 duration(p.elapsed_s).c_str(), fresh > 0 ? duration(eta).c_str() : "?", what.c_str());
+    if (p.what == "done") std::fprintf(stderr, "\n");
+}
+
+// "i/N" with 0 <= i < N.
+std::pair<int, int> parse_shard(const std::string & s) {
+    const size_t slash = s.find('/');
+    int i = -1, n = -1;
+    auto whole = [](const std::string & t, int & out) {
+        const auto r = std::from_chars(t.data(), t.data() + t.size(), out);
+        return !t.empty() && r.ec == std::errc() && r.ptr == t.data() + t.size();
+    };
+    if (slash == std::string::npos || !whole(s.substr(0, slash), i) || !whole(s.substr(slash + 1), n) || n < 1 ||
+        i < 0 || i >= n)
+        throw Error("eval", "--shard takes i/N with 0 <= i < N (e.g. 0/8), got '" + s + "'");
+    return {i, n};
+}
+
+}  // namespace
+
+void add_eval_options(CLI::App * cmd, EvalArgs * a) {
+    eval::RunConfig & f = a->flags;
+    auto over = [a](CLI::Option * o, std::function<void(eval::RunConfig &)> apply) {
+        a->overrides.emplace_back(o, std::move(apply));
+    };
+    over(add_list_option(cmd, "--tasks", f.tasks, "tasks (niah, passkey, ruler_niah_single, ..., qa:FILE.jsonl)"),
+         [a](eval::RunConfig & c) { c.tasks = a->flags.tasks; });
+    over(add_list_option(cmd, "--lengths", f.task.lengths, "context lengths in tokens"),
+         [a](eval::RunConfig & c) { c.task.lengths = a->flags.task.lengths; });
+    over(add_list_option(cmd, "--depths", f.task.depths, "needle depths in [0, 1]"),
+         [a](eval::RunConfig & c) { c.task.depths = a->flags.task.depths; });
+    over(cmd->add_option("--samples", f.task.n_samples, "samples per (length, depth)")->check(CLI::PositiveNumber),
+         [a](eval::RunConfig & c) { c.task.n_samples = a->flags.task.n_samples; });
+    over(cmd->add_option("--seed", f.task.seed, "task seed"), [a](eval::RunConfig & c) { c.task.seed = a->flags.task.seed; });
+    std::string methods_default;
+    for (const auto & m : f.methods) methods_default += (methods_default.empty() ? "" : ",") + m.name;
+    over(add_list_option(cmd, "--methods", a->methods, "methods (the full cache always runs)")->default_str(methods_default),
+         [a](eval::RunConfig & c) {
+             c.methods.clear();
+             for (const std::string & m : a->methods) c.methods.push_back({m, {}});
+         });
+    std::string ratios_default, budgets_default;
+    for (const auto & b : f.budgets) {
+        std::string & d = b.tokens >= 0 ? budgets_default : ratios_default;
+        std::ostringstream v;
+        if (b.tokens >= 0)
+            v << b.tokens;
+        else
+            v << b.ratio;
+        d += (d.empty() ? "" : ",") + v.str();
+    }
+    CLI::Option * ratios = add_list_option(cmd, "--ratios", a->ratios, "compression ratios")->default_str(ratios_default);
+    CLI::Option * budgets =
+        add_list_option(cmd, "--budgets", a->budgets, "token budgets per layer")->default_str(budgets_default);
+    auto set_budgets = [a, ratios, budgets](eval::RunConfig & c) {
+        c.budgets.clear();
+        if (ratios->count())
+            for (double r : a->ratios) c.budgets.push_back({r, -1});
+        if (budgets->count())
+            for (int64_t b : a->budgets) c.budgets.push_back({-1.0, b});
+    };
+    over(ratios, set_budgets);
+    over(budgets, [ratios, set_budgets](eval::RunConfig & c) {
+        if (!ratios->count()) set_budgets(c);  // together they are applied once
+    });
+    add_param_option(cmd, a->params, true);
+    over(cmd->add_flag("--query-aware", a->query_aware, "append each question to the context before compressing"),
+         [](eval::RunConfig & c) { c.query_aware = true; });
+    over(cmd->add_option("-n,--max-tokens", f.max_tokens, "most tokens per answer")->check(CLI::PositiveNumber),
+         [a](eval::RunConfig & c) { c.max_tokens = a->flags.max_tokens; });
+    over(add_threads_option(cmd, f.threads), [a](eval::RunConfig & c) { c.threads = a->flags.threads; });
+    over(add_chunk_option(cmd, f.chunk), [a](eval::RunConfig & c) { c.chunk = a->flags.chunk; });
+    over(add_attention_option(cmd, f.attention), [a](eval::RunConfig & c) { c.attention = a->flags.attention; });
+    over(cmd->add_option("-o,--out", f.out_dir, "output directory (records, report)"),
+         [a](eval::RunConfig & c) { c.out_dir = a->flags.out_dir; });
+    over(cmd->add_option("--shard", a->shard, "run shard i of N (i/N): sample k goes to shard k mod N"),
+         [a](eval::RunConfig & c) { std::tie(c.shard, c.n_shards) = parse_shard(a->shard); });
+}
+
+eval::RunConfig resolve_eval(const EvalArgs & a, eval::RunConfig c) {
+    if (!a.model.empty()) c.model = a.model;
+    for (const auto & [opt, apply] : a.overrides)
+        if (opt->count()) apply(c);
+    std::vector<std::string> names;
+    for (const auto & m : c.methods) names.push_back(m.name);
+    for (const auto & [method, params] : parse_method_params(a.params, names))
+        for (auto & m : c.methods)
+            if (m.name == method)
+                for (const auto & [k, v] : params) m.params[k] = v;
+    return c;
+}
+
+int run_eval(const eval::RunConfig & c, bool report) {
+    std::fprintf(stderr, "[eval] configuration:\n%s\n", c.to_json().dump(2).c_str());
+    const std::string out = eval::run(c, progress_bar);
+    std::fprintf(stderr, "[eval] records: %s\n", out.c_str());
+    if (report) {
+        if (c.n_shards == 1)
+            write_report({out}, c.out_dir, true);
+        else
+            std::fprintf(stderr, "[eval] shard %d/%d done; merge the shards with `kvlab report %s`\n", c.shard,
+                         c.n_shards, c.out_dir.c_str());
+    }
+    return 0;
+}
+
+void write_report(const std::vector<std::string> & files, const std::string & dir, bool print) {
+    const auto records = eval::read_records(files);
+    std::vector<nlohmann::json> answers;
+    nlohmann::json header;
+    for (const auto & r : records) {
+        if (r.value("kind", "") == "answer")
+            answers.push_back(r);
+        else if (r.value("kind", "") == "header" && header.is_null())
+            header = r;
+    }
+    if (answers.empty()) throw Error("report", "no answer records in the given files");
+    const auto rows = eval::summarize(answers);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw Error("report", "cannot create " + dir + ": " + ec.message());
+    auto put = [&](const std::string & name, const std::string & text) {
+        const fs::path p = fs::path(dir) / name;
+        std::ofstream os(p);
+        os << text;
+        if (!os.flush()) throw Error("report", "cannot write " + p.string());
+    };
+    const std::string md = eval::markdown_table(rows);
+    put("summary.md", md);
+    put("score_vs_ratio.svg", eval::svg_score_vs_ratio(rows));
+    put("kl_vs_ratio.svg", eval::svg_kl_vs_ratio(rows));
+    put("memory_vs_ttft.svg", eval::svg_memory_vs_ttft(rows));
+    put("report.html", eval::html_report(rows, header));
+    if (print) std::printf("%s\n", md.c_str());
+    std::fprintf(stderr, "[report] %zu answers from %zu file(s): %s/{summary.md, report.html, *.svg}\n", answers.size(),
+                 files.size(), dir.c_str());
+}
+
+}  // namespace kvlab::cli
