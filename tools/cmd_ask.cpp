@@ -18,7 +18,7 @@ struct AskArgs {
     std::vector<std::string> questions, params;
     BudgetArgs budget;
     bool query_aware = false, json = false, no_stop = false;
-    int max_tokens = 64, threads = default_threads(), chunk = 512;
+    int max_tokens = 64, threads = 0, chunk = 512;
 };
 
 // "N rows in every (layer, head)", or per layer, or per layer and head where heads differ.
@@ -157,7 +157,7 @@ private:
         j["answers"] = answers_json_;
         j["memory"] = memory_json(*l_.model, nullptr, engine_.get());
         j["params"] = {{"max_tokens", a_.max_tokens}, {"chunk_size", a_.chunk}, {"attention", a_.attention},
-                       {"threads", a_.threads},       {"stop_on_eog", !a_.no_stop}};
+                       {"threads", l_.model->n_threads()},       {"stop_on_eog", !a_.no_stop}};
         j["provenance"] = provenance(*l_.model, *l_.tok);
         std::printf("%s\n", j.dump(2).c_str());
     }

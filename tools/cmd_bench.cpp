@@ -17,19 +17,20 @@ namespace {
 struct BenchArgs {
     std::string model;
     std::vector<int> contexts = {512, 4096};
-    int reps = 5, n_decode = 32, threads = default_threads(), chunk = 512;
+    int reps = 5, n_decode = 32, threads = 0, chunk = 512;
     std::string attention = "kvlab";
     bool json = false;
 };
 
 int run_bench(const BenchArgs & a) {
-    Loaded l = load(a.model, a.threads);
+    const int threads = resolve_threads(a.threads);
+    Loaded l = load(a.model, threads);
     const int max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
     if (max_ctx + a.n_decode > l.model->hparams().n_ctx_train)
         throw Error("bench", "context " + std::to_string(max_ctx) + " + decode exceeds the model's " +
                                  std::to_string(l.model->hparams().n_ctx_train) + " tokens");
     Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
-    LlamaRef ref(l.path, a.threads, max_ctx + a.n_decode + 16, a.chunk);
+    LlamaRef ref(l.path, threads, max_ctx + a.n_decode + 16, a.chunk);
     std::mt19937 rng(1234);
     nlohmann::json results = nlohmann::json::array();
     if (!a.json) std::printf("%-8s %-22s %12s %12s %8s\n", "context", "measure", "kvlab", "llama.cpp", "ratio");
@@ -84,7 +85,7 @@ int run_bench(const BenchArgs & a) {
                             {"params",
                              {{"reps", a.reps},
                               {"n_decode", a.n_decode},
-                              {"threads", a.threads},
+                              {"threads", threads},
                               {"chunk_size", a.chunk},
                               {"attention", a.attention},
                               {"statistic", "median"},

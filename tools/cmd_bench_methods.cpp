@@ -19,7 +19,7 @@ namespace {
 struct BenchMethodsArgs {
     std::string model, context_file;
     std::vector<std::string> methods = {"all"}, params;
-    int context = 4096, reps = 3, n_decode = 32, threads = default_threads(), chunk = 512;
+    int context = 4096, reps = 3, n_decode = 32, threads = 0, chunk = 512;
     double ratio = 0.875;
     bool json = false;
 };
@@ -123,7 +123,6 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
                    {"ratio", a.ratio},
                    {"reps", a.reps},
                    {"n_decode", a.n_decode},
-                   {"threads", a.threads},
                    {"chunk_size", a.chunk},
                    {"statistic", "median"},
                    {"context_file", a.context_file.empty() ? "random token ids (seed 1234)" : a.context_file}};
@@ -153,6 +152,7 @@ int run_bench_methods(const BenchMethodsArgs & a) {
         return 0;
     }
     nlohmann::json j = to_json(a, methods, m);
+    j["params"]["threads"] = l.model->n_threads();
     j["provenance"] = provenance(*l.model, *l.tok);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;

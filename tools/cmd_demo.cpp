@@ -18,7 +18,6 @@ eval::RunConfig demo_config() {
         c.methods.push_back({m, {}});
     for (double r : {0.5, 0.75, 0.9}) c.budgets.push_back({r, -1});
     c.max_tokens = 24;
-    c.threads = default_threads();
     c.out_dir = "kvlab-demo";
     return c;
 }

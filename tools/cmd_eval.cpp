@@ -27,7 +27,6 @@ int run(EvalCommand & e) {
     eval::RunConfig base = e.args.flags;
     if (!experiment.empty()) {
         nlohmann::json j = read_json_file(experiment);
-        if (j.is_object() && !j.contains("threads")) j["threads"] = default_threads();
         try {
             base = eval::RunConfig::from_json(j);
         } catch (const Error & err) {
@@ -41,7 +40,6 @@ const CommandRegistrar reg("eval", [](CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand(
         "eval", "Run an evaluation: tasks x methods x budgets, one JSONL record per answer (resumable, shardable)");
     auto e = std::make_shared<EvalCommand>();
-    e->args.flags.threads = default_threads();
     cmd->add_option("MODEL|EXPERIMENT", e->positionals,
                     "[MODEL] [EXPERIMENT.json]: a model (short name or .gguf path; default " + e->args.flags.model +
                         ") and/or a JSON experiment file whose keys the flags override")

@@ -12,7 +12,7 @@ namespace kvlab::cli {
 namespace {
 struct GenerateArgs {
     std::string model, prompt, prompt_file, chat;
-    int max_tokens = 128, top_k = 0, threads = default_threads(), logprobs = 0, chunk = 512;
+    int max_tokens = 128, top_k = 0, threads = 0, logprobs = 0, chunk = 512;
     std::string attention = "kvlab";
     float temp = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;

@@ -13,7 +13,7 @@ const CommandRegistrar reg("info", [](CLI::App & app, int & rc) {
         app.add_subcommand("info", "Print a model's provenance: file hashes, hyper-parameters, tokens, build, machine");
     auto model = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
-    auto threads = std::make_shared<int>(default_threads());
+    auto threads = std::make_shared<int>(0);
     add_model_arg(cmd, *model);
     add_json_flag(cmd, *json, "the record");
     add_threads_option(cmd, *threads)->description("threads recorded in the provenance");

@@ -15,6 +15,7 @@
 namespace kvlab::cli {
 
 Loaded load(const std::string & name_or_path, int n_threads) {
+    n_threads = resolve_threads(n_threads);
     Loaded l;
     l.path = resolve_model(name_or_path);
     l.model = Model::load(l.path, n_threads);
@@ -26,8 +27,13 @@ Loaded load(const std::string & name_or_path, int n_threads) {
     return l;
 }
 
-int default_threads() {
-    return std::max(1, int(std::thread::hardware_concurrency()));
+int resolve_threads(int requested) {
+    if (requested > 0) return requested;
+    const int n = n_cpus(), idle = idle_cpus();
+    if (idle < n)
+        std::fprintf(stderr, "[threads] %d of %d CPUs: the others are busy with other work (-t N to choose)\n", idle,
+                     n);
+    return idle;
 }
 
 CLI::Option * add_model_arg(CLI::App * cmd, std::string & model, bool required) {
@@ -36,7 +42,10 @@ CLI::Option * add_model_arg(CLI::App * cmd, std::string & model, bool required) 
 }
 
 CLI::Option * add_threads_option(CLI::App * cmd, int & threads) {
-    return cmd->add_option("-t,--threads", threads, "CPU threads")->check(CLI::PositiveNumber);
+    return cmd
+        ->add_option("-t,--threads", threads,
+                     "CPU threads; 0: every CPU that other work leaves idle (sampled for 0.1 s at start)")
+        ->check(CLI::NonNegativeNumber);
 }
 
 CLI::Option * add_chunk_option(CLI::App * cmd, int & chunk) {

@@ -28,7 +28,8 @@ struct Loaded {
 // Resolves a short name or path (fetching a known model if needed) and loads it.
 Loaded load(const std::string & name_or_path, int n_threads);
 
-int default_threads();
+// -t 0 (the default): the CPUs other work leaves idle (idle_cpus()), said on stderr.
+int resolve_threads(int requested);
 
 // --- options -------------------------------------------------------------------------
 // MODEL, the first positional of every subcommand that takes a model.

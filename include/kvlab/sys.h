@@ -40,6 +40,12 @@ std::string cache_dir();
 
 std::string cpu_model();  // "model name" from /proc/cpuinfo, "unknown" if absent
 int n_cpus();             // CPUs this process may run on (affinity mask), at least 1
+// The CPUs of n_cpus() that other work leaves free: the machine's busy time over a short
+// sample of /proc/stat, rounded to whole cores, taken off n_cpus(); at least 1. Spinning
+// threads on a core another process keeps busy make every barrier wait for a time slice
+// (decode falls to a quarter of its single-thread speed), so the default thread count
+// leaves such cores alone.
+int idle_cpus(double sample_seconds = 0.1);
 
 struct MemInfo {
     uint64_t rss_bytes;       // VmRSS

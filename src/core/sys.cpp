@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -202,6 +204,32 @@ int n_cpus() {
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     const unsigned n = std::thread::hardware_concurrency();
     return n > 0 ? int(n) : 1;
+}
+
+namespace {
+// Busy and total jiffies of the whole machine, from the first line of /proc/stat.
+bool cpu_jiffies(uint64_t & busy, uint64_t & total) {
+    std::ifstream in("/proc/stat");
+    std::string cpu;
+    uint64_t v[8] = {};  // user nice system idle iowait irq softirq steal
+    if (!(in >> cpu) || cpu != "cpu") return false;
+    for (uint64_t & x : v)
+        if (!(in >> x)) return false;
+    busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+    total = busy + v[3] + v[4];
+    return true;
+}
+}  // namespace
+
+int idle_cpus(double sample_seconds) {
+    const int n = n_cpus();
+    uint64_t b0 = 0, t0 = 0, b1 = 0, t1 = 0;
+    if (!cpu_jiffies(b0, t0)) return n;
+    std::this_thread::sleep_for(std::chrono::duration<double>(sample_seconds));
+    if (!cpu_jiffies(b1, t1) || t1 <= t0) return n;
+    const unsigned online = std::max(1u, std::thread::hardware_concurrency());
+    const int busy = int(std::lround(double(b1 - b0) / double(t1 - t0) * online));
+    return std::clamp(n - busy, 1, n);
 }
 
 MemInfo mem_info() {

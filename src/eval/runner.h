@@ -37,7 +37,7 @@ struct RunConfig {
     std::vector<BudgetConfig> budgets;
     bool query_aware = false;
     int max_tokens = 32;
-    int threads = 2;
+    int threads = 0;  // 0: every CPU that other work leaves idle
     int chunk = 512;
     std::string attention = "kvlab";
     std::string out_dir = "kvlab-results";
