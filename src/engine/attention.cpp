@@ -45,6 +45,103 @@ float sum_block(const v16 * p) {  // fixed summation tree over the k_block lanes
     return s[0];
 }
 
+// The micro-kernels of one block: MQ query vectors against the k_block keys of a block,
+// compile-time sizes so that the score tile and the accumulators stay in registers. Each
+// output element is the same fixed sequence of operations as in the plain loops they
+// replace (FMA chains over d in order for a score, over the block's rows in order for an
+// accumulator), so the bits never depend on MQ or on which vectors share a micro-tile.
+
+// s[x][y] = q_x . K^T for the block (kt: [d][k_kv] vectors, keys transposed).
+template <int MQ>
+inline void score_tile(const v16 * kt, const float * const * q, int d, v16 (&s)[k_mq][k_kv]) {
+    static_assert(k_kv == 4, "the tile holds 4 vectors of keys");
+    v16 t[MQ][k_kv] = {};
+    for (int e = 0; e < d; ++e) {
+        const v16 * kr = kt + size_t(e) * k_kv;
+        const v16 k0 = kr[0], k1 = kr[1], k2 = kr[2], k3 = kr[3];
+        for (int x = 0; x < MQ; ++x) {
+            const float qe = q[x][e];
+            t[x][0] += qe * k0;
+            t[x][1] += qe * k1;
+            t[x][2] += qe * k2;
+            t[x][3] += qe * k3;
+        }
+    }
+    for (int x = 0; x < MQ; ++x)
+        for (int y = 0; y < k_kv; ++y) s[x][y] = t[x][y];
+}
+
+// Scales the scores of one vector, masks the lanes at or beyond nb and returns their max.
+inline float scale_mask_max(v16 (&sx)[k_kv], int nb, float scale) {
+    typedef int32_t i16 __attribute__((vector_size(k_lanes * sizeof(int32_t))));
+    i16 lane;
+    for (int i = 0; i < k_lanes; ++i) lane[i] = i;
+    v16 mx = sx[0] * 0.0f + k_no_max;
+    for (int y = 0; y < k_kv; ++y) {
+        const i16 j = lane + y * k_lanes;
+        sx[y] = j < nb ? sx[y] * scale : sx[y] * 0.0f + k_no_max;
+        mx = mx > sx[y] ? mx : sx[y];
+    }
+    float m = k_no_max;
+    for (int i = 0; i < k_lanes; ++i) m = std::max(m, mx[i]);
+    return m;
+}
+
+// acc_x += sum over the block's rows j < nb_max of w_x[j] * V[j], rows in order.
+// DV: vectors per V row (head_dim / 16, rounded up).
+template <int MQ, int DV>
+inline void accumulate(v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
+    v16 a[MQ][DV];
+    for (int x = 0; x < MQ; ++x)
+        for (int y = 0; y < DV; ++y) a[x][y] = acc[x][y];
+    for (int j = 0; j < nb_max; ++j) {
+        const v16 * vr = vb + size_t(j) * DV;
+        for (int x = 0; x < MQ; ++x) {
+            const float wx = w[x][j];
+            for (int y = 0; y < DV; ++y) a[x][y] += wx * vr[y];
+        }
+    }
+    for (int x = 0; x < MQ; ++x)
+        for (int y = 0; y < DV; ++y) acc[x][y] = a[x][y];
+}
+
+// accumulate() for mq vectors and a run-time dv: register tiles up to 16 accumulators.
+template <int DV>
+void accumulate_n(int mq, v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
+    constexpr int G = DV <= 4 ? 4 : DV <= 8 ? 2 : 1;
+    int x = 0;
+    for (; x + G <= mq; x += G) accumulate<G, DV>(acc + x, w + x, vb, nb_max);
+    for (; x < mq; ++x) accumulate<1, DV>(acc + x, w + x, vb, nb_max);
+}
+
+void accumulate_any(int mq, int dv, v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
+    switch (dv) {
+        case 1: return accumulate_n<1>(mq, acc, w, vb, nb_max);
+        case 2: return accumulate_n<2>(mq, acc, w, vb, nb_max);
+        case 3: return accumulate_n<3>(mq, acc, w, vb, nb_max);
+        case 4: return accumulate_n<4>(mq, acc, w, vb, nb_max);
+        case 5: return accumulate_n<5>(mq, acc, w, vb, nb_max);
+        case 6: return accumulate_n<6>(mq, acc, w, vb, nb_max);
+        case 7: return accumulate_n<7>(mq, acc, w, vb, nb_max);
+        case 8: return accumulate_n<8>(mq, acc, w, vb, nb_max);
+        default: break;
+    }
+    for (int j = 0; j < nb_max; ++j) {  // head_dim > 128: the plain loop, same order
+        const v16 * vr = vb + size_t(j) * dv;
+        for (int x = 0; x < mq; ++x)
+            for (int y = 0; y < dv; ++y) acc[x][y] += w[x][j] * vr[y];
+    }
+}
+
+void score_any(int mq, const v16 * kt, const float * const * q, int d, v16 (&s)[k_mq][k_kv]) {
+    switch (mq) {
+        case 1: return score_tile<1>(kt, q, d, s);
+        case 2: return score_tile<2>(kt, q, d, s);
+        case 3: return score_tile<3>(kt, q, d, s);
+        default: return score_tile<4>(kt, q, d, s);
+    }
+}
+
 // Per-thread scratch: one block of K transposed to [head_dim][k_block] and of V as
 // [k_block][head_dim rounded up to vectors], float32, zero beyond the rows present; the
 // running state of the unit's query vectors.
@@ -135,25 +232,19 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                 if (visible[t] > b) active[na++] = t;
             for (int a0 = 0; a0 < na; a0 += k_mq) {
                 const int mq = std::min(k_mq, na - a0);
-                v16 s[k_mq][k_kv] = {};
-                for (int e = 0; e < d; ++e) {
-                    const v16 * kr = &sc.kt[size_t(e) * k_kv];
-                    for (int x = 0; x < mq; ++x) {
-                        const float qe = qv[active[a0 + x]][e];
-                        for (int y = 0; y < k_kv; ++y) s[x][y] += qe * kr[y];
-                    }
-                }
+                const float * qs[k_mq];
+                for (int x = 0; x < mq; ++x) qs[x] = qv[active[a0 + x]];
+                v16 s[k_mq][k_kv];
+                score_any(mq, sc.kt.data(), qs, d, s);
                 int nb_max = 0;
+                v16 * accs[k_mq];
+                const float * ws[k_mq];
                 for (int x = 0; x < mq; ++x) {
                     const int t = active[a0 + x];
                     const int nb = int(std::min<int64_t>(k_block, visible[t] - b));
                     nb_max = std::max(nb_max, nb);
                     float * sx = reinterpret_cast<float *>(s[x]);
-                    float mb = k_no_max;
-                    for (int j = 0; j < k_block; ++j) {
-                        sx[j] = j < nb ? sx[j] * p.scale : k_no_max;
-                        mb = std::max(mb, sx[j]);
-                    }
+                    const float mb = scale_mask_max(s[x], nb, p.scale);
                     v16 * acc = &sc.acc[size_t(t) * dv];
                     if (mb > sc.m[t]) {
                         const float f = std::exp(sc.m[t] - mb);
@@ -165,16 +256,10 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                     for (int j = 0; j < k_block; ++j) sx[j] = std::exp(sx[j] - mt);
                     for (int j = nb; j < k_block; ++j) sx[j] = 0.0f;
                     sc.l[t] += sum_block(s[x]);
+                    accs[x] = acc;
+                    ws[x] = sx;
                 }
-                const v16 * vrows = sc.vb.data();
-                for (int j = 0; j < nb_max; ++j) {
-                    const v16 * vr = vrows + size_t(j) * dv;
-                    for (int x = 0; x < mq; ++x) {
-                        const float w = reinterpret_cast<const float *>(s[x])[j];
-                        v16 * acc = &sc.acc[size_t(active[a0 + x]) * dv];
-                        for (int y = 0; y < dv; ++y) acc[y] += w * vr[y];
-                    }
-                }
+                accumulate_any(mq, dv, accs, ws, sc.vb.data(), nb_max);
             }
         }
         int t = 0;
