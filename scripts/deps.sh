@@ -31,9 +31,18 @@ fi
 
 # The build is tuned to this CPU (GGML_NATIVE): a cached build made on another CPU is redone.
 CPU_KEY=$( (grep -m1 '^flags' /proc/cpuinfo; echo no-amx) | sha256sum | cut -c1-16)
+# llama.cpp's own llama-bench, the anchor of `kvlab bench`: built in the same tree with the
+# same flags (the `common` library it needs is built for it alone), copied into $PREFIX/bin.
+build_llama_bench() {
+  log "building llama-bench (the anchor of kvlab bench)"
+  cmake -S "$DEPS/src" -B "$DEPS/build" -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON >&2
+  cmake --build "$DEPS/build" --target llama-bench -j "$(nproc)" >&2
+  install -D -m 755 "$DEPS/build/bin/llama-bench" "$PREFIX/bin/llama-bench"
+}
 if [ -f "$PREFIX/.complete" ]; then
   [ -f "$PREFIX/.cpu" ] || echo "$CPU_KEY" > "$PREFIX/.cpu"
   if [ "$(cat "$PREFIX/.cpu")" = "$CPU_KEY" ]; then
+    if [ ! -x "$PREFIX/bin/llama-bench" ] && [ -f "$DEPS/build/CMakeCache.txt" ]; then build_llama_bench; fi
     log "llama.cpp $LLAMA_CPP_PY_VERSION already built in $PREFIX"
     echo "$PREFIX"
     exit 0
@@ -83,6 +92,7 @@ cmake -S "$SRC" -B "$DEPS/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${launcher[@]}" >&2
 cmake --build "$DEPS/build" -j "$(nproc)" >&2
 cmake --install "$DEPS/build" >&2
+build_llama_bench
 echo "$CPU_KEY" > "$PREFIX/.cpu"
 echo "$LLAMA_CPP_PY_VERSION" > "$PREFIX/.complete"
 log "done: $PREFIX"

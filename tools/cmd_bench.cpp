@@ -9,6 +9,7 @@
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
 #include "kvlab/sys.h"
+#include "llama_bench.h"
 #include "llama_ref.h"
 
 namespace kvlab::cli {
@@ -33,7 +34,11 @@ int run_bench(const BenchArgs & a) {
     LlamaRef ref(l.path, threads, max_ctx + a.n_decode + 16, a.chunk);
     std::mt19937 rng(1234);
     nlohmann::json results = nlohmann::json::array();
-    if (!a.json) std::printf("%-8s %-22s %12s %12s %8s\n", "context", "measure", "kvlab", "llama.cpp", "ratio");
+    const bool anchor = !llama_bench_path().empty();
+    if (!anchor) std::fprintf(stderr, "[bench] llama-bench is not built (scripts/deps.sh builds it): its column is left out\n");
+    if (!a.json)
+        std::printf("%-8s %-16s %10s %10s %12s %9s %9s\n", "context", "measure", "kvlab", "libllama", "llama-bench",
+                    "/libllama", "/l-bench");
     for (int n_ctx : a.contexts) {
         // real token ids drawn from the vocabulary (speed does not depend on the text)
         std::vector<int32_t> toks(n_ctx);
@@ -58,27 +63,38 @@ int run_bench(const BenchArgs & a) {
             ref.decode({toks[0]}, false);
             rd.push_back(double(a.n_decode) / ref.time_decode(toks[1], a.n_decode));
         }
-        if (!a.json) std::fprintf(stderr, "\n");
-        const double mkp = median(kp), mrp = median(rp), mkd = median(kd), mrd = median(rd);
-        results.push_back({{"context", n_ctx},
-                           {"measure", "prefill_tokens_per_s"},
-                           {"kvlab", mkp},
-                           {"llama_cpp", mrp},
-                           {"ratio", mkp / mrp},
-                           {"kvlab_reps", kp},
-                           {"llama_cpp_reps", rp}});
-        results.push_back({{"context", n_ctx},
-                           {"measure", "decode_tokens_per_s"},
-                           {"kvlab", mkd},
-                           {"llama_cpp", mrd},
-                           {"ratio", mkd / mrd},
-                           {"kvlab_reps", kd},
-                           {"llama_cpp_reps", rd}});
-        if (!a.json) {
-            std::printf("%-8d %-22s %12.1f %12.1f %8.3f\n", n_ctx, "prefill tok/s", mkp, mrp, mkp / mrp);
-            std::printf("%-8d %-22s %12.1f %12.1f %8.3f\n", n_ctx, "decode tok/s", mkd, mrd, mkd / mrd);
-            std::fflush(stdout);
+        // llama.cpp's own tool, same GGUF, threads and ubatch: prefill of n_ctx tokens, and
+        // n_decode tokens on top of a context of n_ctx (its -d)
+        std::vector<double> bp, bd;
+        if (anchor) {
+            if (!a.json) std::fprintf(stderr, "\r[bench] context %d: llama-bench          ", n_ctx);
+            bp = run_llama_bench(l.path, {n_ctx, 0, 0, threads, a.chunk, a.reps});
+            bd = run_llama_bench(l.path, {0, a.n_decode, n_ctx, threads, a.chunk, a.reps});
         }
+        if (!a.json) std::fprintf(stderr, "\n");
+        auto row = [&](const char * measure, const char * key, const std::vector<double> & k, const std::vector<double> & r,
+                       const std::vector<double> & b) {
+            const double mk = median(k), mr = median(r), mb = b.empty() ? 0.0 : median(b);
+            nlohmann::json j = {{"context", n_ctx}, {"measure", key},  {"kvlab", mk},     {"llama_cpp", mr},
+                                {"ratio", mk / mr}, {"kvlab_reps", k},     {"llama_cpp_reps", r}};
+            if (!b.empty()) {
+                j["llama_bench"] = mb;
+                j["llama_bench_reps"] = b;
+                j["ratio_llama_bench"] = mk / mb;
+            }
+            results.push_back(j);
+            if (!a.json) {
+                char lb[32] = "-", rb[32] = "-";
+                if (!b.empty()) {
+                    std::snprintf(lb, sizeof lb, "%.1f", mb);
+                    std::snprintf(rb, sizeof rb, "%.3f", mk / mb);
+                }
+                std::printf("%-8d %-16s %10.1f %10.1f %12s %9.3f %9s\n", n_ctx, measure, mk, mr, lb, mk / mr, rb);
+                std::fflush(stdout);
+            }
+        };
+        row("prefill tok/s", "prefill_tokens_per_s", kp, rp, bp);
+        row("decode tok/s", "decode_tokens_per_s", kd, rd, bd);
     }
     if (a.json) {
         nlohmann::json j = {{"results", results},
@@ -89,7 +105,10 @@ int run_bench(const BenchArgs & a) {
                               {"chunk_size", a.chunk},
                               {"attention", a.attention},
                               {"statistic", "median"},
-                              {"llama_cpp_flash_attn", true}}},
+                              {"llama_cpp_flash_attn", true},
+                              {"llama_bench", anchor ? llama_bench_path() : ""},
+                              {"llama_bench_note", "a separate process, run after each context's interleaved kvlab / "
+                                                   "libllama repetitions; decode at depth = its -d"}}},
                             {"provenance", provenance(*l.model, *l.tok)}};
         std::printf("%s\n", j.dump(2).c_str());
     }

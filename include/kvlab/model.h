@@ -58,6 +58,7 @@ public:
     int n_threads() const { return n_threads_; }
     void set_n_threads(int n_threads);
     uint64_t weight_bytes() const;
+    int n_repacked() const { return n_repacked_; }  // weight matrices in ggml's repacked layouts
     double load_seconds() const { return load_seconds_; }
     std::string backend_name() const;
 
@@ -68,7 +69,9 @@ private:
     gguf_context_ptr gguf_;
     ggml_context_ptr ctx_;  // tensor metadata of the weights
     ggml_backend_ptr backend_;
-    ggml_backend_buffer_ptr buffer_;      // weight data
+    ggml_backend_buffer_ptr repacked_;    // the products' weights in a repacked layout (may be null)
+    ggml_backend_buffer_ptr buffer_;      // the other weights
+    int n_repacked_ = 0;
     std::unique_ptr<Architecture> arch_;  // points into ctx_'s tensors
     int n_threads_ = 1;
     double load_seconds_ = 0.0;

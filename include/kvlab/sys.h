@@ -60,6 +60,9 @@ bool peak_rss_resettable();  // before any reset: whether /proc/self/clear_refs 
 
 double now_seconds();  // steady clock, seconds since an arbitrary epoch
 
+// s quoted for /bin/sh: 'it'\''s'.
+std::string shell_quote(const std::string & s);
+
 std::string hostname();
 std::string os_release();  // PRETTY_NAME from /etc/os-release, "unknown" if absent
 

@@ -232,6 +232,12 @@ int idle_cpus(double sample_seconds) {
     return std::clamp(n - busy, 1, n);
 }
 
+std::string shell_quote(const std::string & s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
 MemInfo mem_info() {
     std::ifstream in("/proc/self/status");
     if (!in) throw Error("sys", "cannot read /proc/self/status");

@@ -1,6 +1,7 @@
 #include "kvlab/model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -11,9 +12,11 @@
 #include "ggml.h"
 #include "gguf.h"
 #include "kvlab/error.h"
+#include "kvlab/log.h"
 #include "kvlab/sys.h"
 #include "model/arch.h"
 #include "model/gguf_meta.h"
+#include "model/weight_buffers.h"
 
 namespace kvlab {
 
@@ -50,8 +53,7 @@ struct FileCloser {
 };
 
 // Reads every tensor's data from the file at path into the weight buffer.
-void read_tensor_data(const std::string & path, const gguf_context * gguf, ggml_context * ctx,
-                      ggml_backend_buffer * buffer) {
+void read_tensor_data(const std::string & path, const gguf_context * gguf, ggml_context * ctx) {
     std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
     if (!f) throw Error("model", "cannot open " + path);
     const size_t data_offset = gguf_get_data_offset(gguf);
@@ -61,7 +63,7 @@ void read_tensor_data(const std::string & path, const gguf_context * gguf, ggml_
         const size_t n = ggml_nbytes(tensor);
         const size_t off = data_offset + gguf_get_tensor_offset(gguf, i);
         void * dst = tensor->data;
-        if (!ggml_backend_buffer_is_host(buffer)) {
+        if (!ggml_backend_buffer_is_host(tensor->buffer)) {  // e.g. repacked: set_tensor converts
             staging.resize(n);
             dst = staging.data();
         }
@@ -79,6 +81,7 @@ Model::Model(Model &&) noexcept = default;
 Model & Model::operator=(Model &&) noexcept = default;
 
 std::unique_ptr<Model> Model::load(const std::string & path, int n_threads) {
+    init_backend_logging();  // ggml's own messages (e.g. repacking) only with KVLAB_VERBOSE
     const double t0 = now_seconds();
     std::unique_ptr<Model> m(new Model());
     m->path_ = path;
@@ -102,10 +105,21 @@ std::unique_ptr<Model> Model::load(const std::string & path, int n_threads) {
     m->backend_.reset(ggml_backend_cpu_init());
     if (!m->backend_) throw Error("backend", "could not initialise the ggml CPU backend");
     ggml_backend_cpu_set_n_threads(m->backend_.get(), m->n_threads_);
-    m->buffer_.reset(ggml_backend_alloc_ctx_tensors(m->ctx_.get(), m->backend_.get()));
-    if (!m->buffer_) throw Error("backend", "could not allocate the weight buffer for " + path);
-    ggml_backend_buffer_set_usage(m->buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    read_tensor_data(path, gguf, m->ctx_.get(), m->buffer_.get());
+    WeightBuffers wb = allocate_weights(m->ctx_.get(), m->backend_.get(), [](const ggml_tensor * t) {
+        // the layers' projections and the output head: only ever the weight of a product.
+        // attn_output stays host-readable (criticalkv reads W_o); token_embd is gathered by rows.
+        const std::string n = t->name;
+        if (n == "output.weight") return true;
+        for (const char * s : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".ffn_gate.weight",
+                               ".ffn_up.weight", ".ffn_down.weight"})
+            if (n.rfind("blk.", 0) == 0 && n.size() > std::strlen(s) && n.compare(n.size() - std::strlen(s), std::string::npos, s) == 0)
+                return true;
+        return false;
+    });
+    m->repacked_ = std::move(wb.repacked);
+    m->buffer_ = std::move(wb.plain);
+    m->n_repacked_ = wb.n_repacked;
+    read_tensor_data(path, gguf, m->ctx_.get());
     m->load_seconds_ = now_seconds() - t0;
     return m;
 }
@@ -124,7 +138,7 @@ void Model::set_n_threads(int n_threads) {
 }
 
 uint64_t Model::weight_bytes() const {
-    return ggml_backend_buffer_get_size(buffer_.get());
+    return (repacked_ ? ggml_backend_buffer_get_size(repacked_.get()) : 0) + ggml_backend_buffer_get_size(buffer_.get());
 }
 
 std::string Model::backend_name() const {

@@ -55,12 +55,6 @@ std::string known_names() {
     return s;
 }
 
-std::string shell_quote(const std::string & s) {
-    std::string out = "'";
-    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
 std::string mib(uint64_t n) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f MiB", double(n) / (1024.0 * 1024.0));
