@@ -194,7 +194,7 @@ TEST(PressScoring, ExpectedAttentionMatchesReference) {
         int64_t L;
         int group, d;
     };
-    const C cases[] = {{1, 1, 64}, {50, 3, 72}, {300, 3, 64}, {120, 1, 72}};
+    const C cases[] = {{1, 1, 64}, {50, 3, 72}, {300, 3, 64}, {120, 1, 72}, {4, 3, 64}, {5, 3, 64}};
     for (const C & c : cases) {
         const int d = c.d;
         std::mt19937_64 rng(4000 + c.L + c.group);
@@ -207,33 +207,37 @@ TEST(PressScoring, ExpectedAttentionMatchesReference) {
                 for (int j = 0; j < d; ++j)
                     sigma[(size_t(g) * d + i) * d + j] = float(8.0 / d * dot(&a[size_t(i) * d], &a[size_t(j) * d], d));
         }
+        const int64_t n_sink = std::min<int64_t>(4, c.L - 1);  // L = 4: one key after 3 sinks
         Vd prev;
         for (bool cov : {false, true})
             for (bool vn : {false, true}) {
+                // the softmax over keys [n_sink, L) only; the sinks score 0
                 Vd ref(size_t(c.L), 0.0);
                 for (int g = 0; g < c.group; ++g) {
-                    Vd lg(size_t(c.L));
-                    for (int64_t j = 0; j < c.L; ++j) {
+                    Vd lg(size_t(c.L - n_sink));
+                    for (int64_t j = n_sink; j < c.L; ++j) {
                         const float * kj = k.data() + j * d;
-                        lg[j] = dot(mu.data() + g * d, kj, d) / std::sqrt(double(d));
+                        double & x = lg[size_t(j - n_sink)];
+                        x = dot(mu.data() + g * d, kj, d) / std::sqrt(double(d));
                         if (!cov) continue;
                         double quad = 0;
                         for (int a = 0; a < d; ++a) quad += kj[a] * dot(&sigma[(size_t(g) * d + a) * d], kj, d);
-                        lg[j] += quad / (2.0 * d);
+                        x += quad / (2.0 * d);
                     }
                     const Vd p = softmax(lg);
-                    for (int64_t j = 0; j < c.L; ++j) ref[j] += p[j] / c.group;
+                    for (int64_t j = n_sink; j < c.L; ++j) ref[j] += p[size_t(j - n_sink)] / c.group;
                 }
                 if (vn)
                     for (int64_t j = 0; j < c.L; ++j) ref[j] *= std::sqrt(dot(&v[j * d], &v[j * d], d));
-                if (!vn && cov && c.L > 1) {  // the covariance term must matter, or the check is void
+                if (!vn && cov && c.L - n_sink > 1) {  // the covariance term must matter, or the check is void
                     const std::vector<float> nocov(prev.begin(), prev.end());
                     EXPECT_GT(rel_err(nocov, ref), 1e-2);
                 }
                 if (!vn) prev = ref;
                 const auto got =
-                    press::expected_attention(mu.data(), sigma.data(), k.data(), v.data(), c.L, c.group, d, cov, vn);
+                    press::expected_attention(mu.data(), sigma.data(), k.data(), v.data(), c.L, n_sink, c.group, d, cov, vn);
                 ASSERT_EQ(got.size(), size_t(c.L));
+                for (int64_t j = 0; j < n_sink; ++j) EXPECT_EQ(got[j], 0.0f);
                 EXPECT_LE(rel_err(got, ref), 1e-5)
                     << "L=" << c.L << " group=" << c.group << " cov=" << cov << " vnorm=" << vn;
             }
@@ -277,6 +281,18 @@ std::vector<int64_t> ref_pyramid(int64_t L, int64_t B, int64_t w, int N, int64_t
     std::vector<int64_t> out;
     for (int l = 0; l < N; ++l) out.push_back(mx - l * step + w);
     return out;
+}
+
+// kvpress keeps int(L * (1 - cr)) rows (kvpress/utils.py); the values are Python's own.
+TEST(PressScoring, RatioKeepsWhatKvpressKeeps) {
+    struct C {
+        int64_t L;
+        double cr;
+        int64_t kept;  // int(L * (1 - cr)) in Python
+    };
+    for (const C & c : {C{1539, 0.5, 769}, C{100, 0.3, 70}, C{2000, 0.875, 250}, C{2000, 0.5, 1000},
+                        C{1536, 0.9, 153}, C{150, 0.7, 45}, C{7, 0.75, 1}, C{10, 0.0, 10}})
+        EXPECT_EQ(Budget::from_ratio(c.cr).per_layer(c.L), c.kept) << c.L << " " << c.cr;
 }
 
 TEST(PressScoring, PyramidBudgetsMatchFormula) {

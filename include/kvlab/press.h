@@ -22,7 +22,7 @@
 namespace kvlab {
 
 // How much to keep. ratio: fraction of the L context rows removed (kvpress convention),
-// kept = L - floor(L * ratio), in [0, 1). tokens: the per-layer budget B (window included).
+// kept = int(L * (1 - ratio)) as kvpress computes it, in [0, 1). tokens: the per-layer budget B (window included).
 struct Budget {
     double ratio = 0.0;
     int64_t tokens = -1;  // >= 0: use it instead of ratio

@@ -27,7 +27,9 @@ Budget Budget::from_tokens(int64_t t) {
 
 int64_t Budget::per_layer(int64_t L) const {
     if (tokens >= 0) return tokens;
-    return L - int64_t(std::floor(double(L) * ratio));
+    // kvpress's rule, in the same double arithmetic: n_kept = int(L * (1 - cr)), the kept
+    // count rounded down (so a budget matches kvpress row for row)
+    return int64_t(double(L) * (1.0 - ratio));
 }
 
 std::string Budget::describe() const {

@@ -179,13 +179,15 @@ std::vector<float> keydiff(const float * k, int64_t L, int d) {
 }
 
 std::vector<float> expected_attention(const float * mu, const float * sigma, const float * k, const float * v,
-                                      int64_t L, int group, int d, bool use_covariance, bool use_vnorm) {
+                                      int64_t L, int64_t n_sink, int group, int d, bool use_covariance,
+                                      bool use_vnorm) {
+    n_sink = std::clamp<int64_t>(n_sink, 0, L);
     const float scale = 1.0f / std::sqrt(float(d));
     std::vector<float> out(size_t(L), 0.0f), p(static_cast<size_t>(L)), sk(static_cast<size_t>(d));
     for (int g = 0; g < group; ++g) {
         const float * m = mu + g * d;
         const float * sg = sigma + size_t(g) * d * d;
-        for (int64_t j = 0; j < L; ++j) {
+        for (int64_t j = n_sink; j < L; ++j) {
             const float * kj = k + j * d;
             float x = dot(m, kj, d) * scale;
             if (use_covariance) {
@@ -194,11 +196,12 @@ std::vector<float> expected_attention(const float * mu, const float * sigma, con
             }
             p[j] = x;
         }
-        softmax(p.data(), L);
-        for (int64_t j = 0; j < L; ++j) out[j] += p[j] / float(group);
+        if (L == n_sink) break;
+        softmax(p.data() + n_sink, L - n_sink);  // over the non-sink keys only, as kvpress
+        for (int64_t j = n_sink; j < L; ++j) out[j] += p[j] / float(group);
     }
     if (use_vnorm)
-        for (int64_t j = 0; j < L; ++j) out[j] *= std::sqrt(dot(v + j * d, v + j * d, d));
+        for (int64_t j = n_sink; j < L; ++j) out[j] *= std::sqrt(dot(v + j * d, v + j * d, d));
     return out;
 }
 

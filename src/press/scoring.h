@@ -46,9 +46,12 @@ std::vector<float> keydiff(const float * k, int64_t L, int d);
 // query head of its group: mean mu [group][d] and covariance sigma [group][d][d] (both
 // already rotated to the future positions).
 //   score_j = mean over the group of softmax_j(mu.k_j / sqrt(d) + k_j^T sigma k_j / (2d)),
-//   times ||v_j||_2 when use_vnorm. k, v: [L][d].
+//   times ||v_j||_2 when use_vnorm. k, v: [L][d]. The softmax runs over the keys
+//   [n_sink, L) only (kvpress drops the sinks first: they would soak up its mass); the
+//   sinks, always kept, score 0.
 std::vector<float> expected_attention(const float * mu, const float * sigma, const float * k, const float * v,
-                                      int64_t L, int group, int d, bool use_covariance, bool use_vnorm);
+                                      int64_t L, int64_t n_sink, int group, int d, bool use_covariance,
+                                      bool use_vnorm);
 
 // Top-n row indices of scores[0..n_rows) (higher first, ties to the lower index),
 // returned ascending.

@@ -130,7 +130,7 @@ public:
             }
             const std::vector<float> k = keys(cache, il, h), v = values(cache, il, h);
             s.s[il][h] =
-                expected_attention(mu.data(), sigma.data(), k.data(), v.data(), L, group, d, use_cov_, use_vnorm_);
+                expected_attention(mu.data(), sigma.data(), k.data(), v.data(), L, s.n_sink, group, d, use_cov_, use_vnorm_);
         });
         return s;
     }
