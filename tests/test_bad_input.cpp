@@ -159,6 +159,10 @@ TEST_F(BadInput, BenchMethodsRefusesBadMethodsAndParams) {
     expect_cli_error(bench + "--context 16 --methods snapkvv", {"unknown method 'snapkvv'"});
     expect_cli_error(bench + "--context 16 --methods snapkv --param snapkv:windw=4", {"unknown parameter 'windw'"});
     expect_cli_error(bench + "--context 100", {"exceeds the model's context of 64 tokens"});
+    const auto not_ids = write("ids.json", R"({"ids": [1, 2]})");
+    expect_cli_error(bench + "--context 16 --tokens " + not_ids, {"ids.json", "not a JSON array of token ids"});
+    const auto few = write("few.json", "[1, 2, 3]");
+    expect_cli_error(bench + "--context 16 --tokens " + few, {"few.json has only 3 token ids"});
 }
 
 }  // namespace

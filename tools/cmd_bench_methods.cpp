@@ -17,7 +17,7 @@ namespace kvlab::cli {
 
 namespace {
 struct BenchMethodsArgs {
-    std::string model, context_file;
+    std::string model, context_file, tokens_file;
     std::vector<std::string> methods = {"all"}, params;
     int context = 4096, reps = 3, n_decode = 32, threads = 0, chunk = 512;
     double ratio = 0.875;
@@ -28,6 +28,17 @@ struct BenchMethodsArgs {
 // vocabulary (speeds do not depend on the text).
 std::vector<int32_t> bench_tokens(const BenchMethodsArgs & a, const Loaded & l) {
     std::vector<int32_t> toks;
+    if (!a.tokens_file.empty()) {  // token ids given by another tool (scripts/bench-kvpress.sh)
+        try {
+            toks = read_json_file(a.tokens_file).get<std::vector<int32_t>>();
+        } catch (const nlohmann::json::exception & e) {
+            throw Error("bench-methods", a.tokens_file + ": not a JSON array of token ids: " + e.what());
+        }
+        if (int64_t(toks.size()) < a.context)
+            throw Error("bench-methods", a.tokens_file + " has only " + std::to_string(toks.size()) + " token ids");
+        toks.resize(size_t(a.context));
+        return toks;
+    }
     if (!a.context_file.empty()) {
         toks = l.tok->encode(read_file(a.context_file));
         if (int64_t(toks.size()) < a.context)
@@ -125,7 +136,9 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
                    {"n_decode", a.n_decode},
                    {"chunk_size", a.chunk},
                    {"statistic", "median"},
-                   {"context_file", a.context_file.empty() ? "random token ids (seed 1234)" : a.context_file}};
+                   {"context_file", !a.tokens_file.empty()    ? "token ids from " + a.tokens_file
+                                   : a.context_file.empty() ? std::string("random token ids (seed 1234)")
+                                                            : a.context_file}};
     j["prefill_s"] = median(m.prefill_s);
     j["prefill_s_reps"] = m.prefill_s;
     j["full_decode_tokens_per_s"] = median(m.full_decode);
@@ -166,6 +179,8 @@ const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
     add_model_arg(cmd, a->model);
     cmd->add_option("--context", a->context, "context tokens")->check(CLI::PositiveNumber);
     cmd->add_option("--context-file", a->context_file, "take the context from this text (default: random token ids)")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--tokens", a->tokens_file, "take the context's token ids from this JSON array")
         ->check(CLI::ExistingFile);
     cmd->add_option("--ratio", a->ratio, "compression ratio")->check(CLI::Range(0.0, 0.999));
     add_list_option(cmd, "--methods", a->methods, "method names, or all");
