@@ -146,6 +146,9 @@ TEST_F(BadInput, EvalRefusesBadExperiments) {
     expect_cli_error(eval + "--methods snapkv,h2o --ratios 0.5 --param window=4", {"say which with METHOD:KEY=VALUE"});
     expect_cli_error(eval + "--methods snapkv --ratios 0.5 --param h2o:normalize=1", {"no method h2o in the run"});
     expect_usage_error(eval + "--lengths 1k", {"--lengths", "1k"});
+    expect_usage_error(eval + "--methods snapkv --ratios 0.5 --preset kvpres", {"--preset", "kvpres"});
+    const auto bad_preset = write("preset.json", R"({"preset": "kvpres", "methods": ["snapkv"], "budgets": [0.5]})");
+    expect_cli_error("eval " + good_ + " " + bad_preset + " --out " + dir_ + "/ev2", {"unknown preset 'kvpres'"});
     const auto bad_key = write("exp.json", R"({"model": "x", "lenghts": [512]})");
     expect_cli_error("eval " + bad_key, {"exp.json", "unknown experiment key 'lenghts'"});
     const auto not_json = write("exp2.json", "{model: x");

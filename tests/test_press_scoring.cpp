@@ -295,6 +295,25 @@ TEST(PressScoring, RatioKeepsWhatKvpressKeeps) {
         EXPECT_EQ(Budget::from_ratio(c.cr).per_layer(c.L), c.kept) << c.L << " " << c.cr;
 }
 
+TEST(PressScoring, KvpressPresetSetsTheMethodsParametersAndParamsOverrideIt) {
+    EXPECT_EQ(apply_preset("", "snapkv", {{"window", "8"}}), (ParamMap{{"window", "8"}}));
+    EXPECT_EQ(apply_preset("kvpress", "snapkv", {}), (ParamMap{{"kernel", "5"}, {"pooling", "avg"}, {"window", "64"}}));
+    EXPECT_EQ(apply_preset("kvpress", "snapkv", {{"window", "16"}}),
+              (ParamMap{{"kernel", "5"}, {"pooling", "avg"}, {"window", "16"}}));
+    EXPECT_EQ(apply_preset("kvpress", "h2o", {}), (ParamMap{{"normalize", "true"}, {"recent", "0"}}));
+    EXPECT_EQ(apply_preset("kvpress", "knorm", {}), ParamMap{});
+    EXPECT_THROW(apply_preset("kvpres", "snapkv", {}), Error);
+    // every method's preset names only parameters the method takes
+    for (const MethodInfo & m : press_methods())
+        for (const auto & [k, v] : m.kvpress_params) {
+            bool known = k == "base" && m.wrapper;
+            for (const ParamSpec & p : m.params) known = known || p.name == k;
+            if (m.wrapper)
+                for (const ParamSpec & p : press::find_method("snapkv")->info.params) known = known || p.name == k;
+            EXPECT_TRUE(known) << m.name << ": " << k;
+        }
+}
+
 TEST(PressScoring, PyramidBudgetsMatchFormula) {
     const auto lit = press::pyramid_budgets(751, 188, 32, 30, 20);  // min 7, max 305, step 298//29 = 10
     ASSERT_EQ(lit.size(), 30u);

@@ -14,7 +14,7 @@ namespace kvlab::cli {
 namespace {
 
 struct AskArgs {
-    std::string model, context_file, method = "none", attention = "kvlab";
+    std::string model, context_file, method = "none", attention = "kvlab", preset;
     std::vector<std::string> questions, params;
     BudgetArgs budget;
     bool query_aware = false, json = false, no_stop = false;
@@ -55,7 +55,7 @@ public:
             throw Error("ask", "--method " + a_.method + " needs --ratio R or --budget B");
         l_ = load(a_.model, a_.threads);
         if (compressing) {
-            methods_ = {{a_.method, parse_params(a_.params)}};
+            methods_ = {{a_.method, apply_preset(a_.preset, a_.method, parse_params(a_.params))}};
             budget_ = a_.budget.budget();
         }
         const std::string context = read_file(a_.context_file);
@@ -153,6 +153,7 @@ private:
         j["method_params"] = compressing ? make_press(a_.method, methods_[0].params, *l_.model)->params()
                                          : nlohmann::json::object();
         j["query_aware"] = a_.query_aware;
+        j["preset"] = a_.preset;
         j["prepared"] = prepared_json_;
         j["answers"] = answers_json_;
         j["memory"] = memory_json(*l_.model, nullptr, engine_.get());
@@ -184,6 +185,7 @@ const CommandRegistrar reg("ask", [](CLI::App & app, int & rc) {
     cmd->add_option("--method", a->method, "compression method (`kvlab methods`), or none for the full cache");
     add_budget_options(cmd, a->budget);
     add_param_option(cmd, a->params, false);
+    add_preset_option(cmd, a->preset);
     cmd->add_flag("--query-aware", a->query_aware,
                   "append each question to the context before compressing (one prefill and compression per question)");
     cmd->add_option("-n,--max-tokens", a->max_tokens, "most tokens per answer")->check(CLI::PositiveNumber);

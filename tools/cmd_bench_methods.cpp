@@ -4,6 +4,8 @@
 // (their observers run side by side; each method's scoring time is its own).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "common.h"
@@ -17,7 +19,7 @@ namespace kvlab::cli {
 
 namespace {
 struct BenchMethodsArgs {
-    std::string model, context_file, tokens_file;
+    std::string model, context_file, tokens_file, dump_plans, preset;
     std::vector<std::string> methods = {"all"}, params;
     int context = 4096, reps = 3, n_decode = 32, threads = 0, chunk = 512;
     double ratio = 0.875;
@@ -63,6 +65,22 @@ struct Measurements {
     std::vector<PerMethod> methods;
 };
 
+// DIR/METHOD.json: the rows the method kept, {"method", "params", "L", "kept": [layer][head][positions]}
+// (for scripts/xcheck-kvpress.sh, which compares them with kvpress's on the same token ids).
+void dump_plan(const std::string & dir, const MethodRequest & m, const KvStore & cache, int64_t L) {
+    std::filesystem::create_directories(dir);
+    nlohmann::json kept = nlohmann::json::array();
+    for (int il = 0; il < cache.n_layer(); ++il) {
+        nlohmann::json layer = nlohmann::json::array();
+        for (int h = 0; h < cache.n_head_kv(); ++h) layer.push_back(cache.positions(il, h));
+        kept.push_back(layer);
+    }
+    const std::string path = (std::filesystem::path(dir) / (m.name + ".json")).string();
+    std::ofstream os(path);
+    os << nlohmann::json{{"method", m.name}, {"params", m.params}, {"L", L}, {"kept", kept}}.dump() << "\n";
+    if (!os.flush()) throw Error("bench-methods", "cannot write " + path);
+}
+
 Measurements measure(const BenchMethodsArgs & a, Engine & engine, const std::vector<MethodRequest> & methods,
                      const std::vector<int32_t> & toks) {
     const Budget budget = Budget::from_ratio(a.ratio);
@@ -86,6 +104,7 @@ Measurements measure(const BenchMethodsArgs & a, Engine & engine, const std::vec
             if (!a.json)
                 std::fprintf(stderr, "\r[bench] repetition %d/%d: %-20s", rep + 1, a.reps, methods[i].name.c_str());
             const PreparedCache p = s.compress(i, budget);
+            if (rep == 0 && !a.dump_plans.empty()) dump_plan(a.dump_plans, methods[i], p.cache, int64_t(toks.size()));
             const CompressStats & st = p.stats;
             Measurements::PerMethod & pm = m.methods[i];
             pm.comp_s.push_back(st.seconds());
@@ -136,6 +155,7 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
                    {"n_decode", a.n_decode},
                    {"chunk_size", a.chunk},
                    {"statistic", "median"},
+                   {"preset", a.preset},
                    {"context_file", !a.tokens_file.empty()    ? "token ids from " + a.tokens_file
                                    : a.context_file.empty() ? std::string("random token ids (seed 1234)")
                                                             : a.context_file}};
@@ -156,7 +176,8 @@ int run_bench_methods(const BenchMethodsArgs & a) {
     }
     const auto params = parse_method_params(a.params, names);
     std::vector<MethodRequest> methods;
-    for (const std::string & n : names) methods.push_back({n, params.count(n) ? params.at(n) : ParamMap{}});
+    for (const std::string & n : names)
+        methods.push_back({n, apply_preset(a.preset, n, params.count(n) ? params.at(n) : ParamMap{})});
     const std::vector<int32_t> toks = bench_tokens(a, l);
     Engine engine(*l.model, EngineOptions{a.chunk});
     const Measurements m = measure(a, engine, methods, toks);
@@ -182,9 +203,11 @@ const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
         ->check(CLI::ExistingFile);
     cmd->add_option("--tokens", a->tokens_file, "take the context's token ids from this JSON array")
         ->check(CLI::ExistingFile);
+    cmd->add_option("--dump-plans", a->dump_plans, "write each method's kept rows (first repetition) to DIR/METHOD.json");
     cmd->add_option("--ratio", a->ratio, "compression ratio")->check(CLI::Range(0.0, 0.999));
     add_list_option(cmd, "--methods", a->methods, "method names, or all");
     add_param_option(cmd, a->params, true);
+    add_preset_option(cmd, a->preset);
     cmd->add_option("--reps", a->reps, "repetitions (medians are reported)")->check(CLI::PositiveNumber);
     cmd->add_option("--decode", a->n_decode, "tokens decoded from each cache")->check(CLI::PositiveNumber);
     add_threads_option(cmd, a->threads);

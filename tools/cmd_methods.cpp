@@ -19,12 +19,15 @@ int run_methods(bool json) {
                          {"summary", m.summary},
                          {"wrapper", m.wrapper},
                          {"scores_from_prefill", m.observes},
-                         {"params", params}});
+                         {"params", params},
+                         {"kvpress_preset", m.kvpress_params},
+                         {"differs_from_kvpress_under_preset", m.kvpress_differs}});
         }
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
     }
-    std::printf("Compression methods (--method NAME --param KEY=VALUE; budget: --ratio R or --budget B)\n\n");
+    std::printf("Compression methods (--method NAME --param KEY=VALUE [--preset kvpress]; budget: --ratio R or "
+                "--budget B)\n\n");
     for (const MethodInfo & m : methods) {
         std::printf("%-20s %s%s\n", m.name.c_str(), m.summary.c_str(),
                     m.observes ? " [scores from the prefill's queries]" : "");
@@ -33,6 +36,10 @@ int run_methods(bool json) {
                         "the scorer it wraps (any method but the wrappers); the base's parameters apply too");
         for (const ParamSpec & p : m.params)
             std::printf("    %-18s %-8s %s\n", p.name.c_str(), p.def.c_str(), p.help.c_str());
+        std::string preset;
+        for (const auto & [k, v] : m.kvpress_params) preset += (preset.empty() ? "" : " ") + k + "=" + v;
+        std::printf("    --preset kvpress: %s%s\n", preset.empty() ? "the defaults" : preset.c_str(),
+                    m.kvpress_differs.empty() ? "" : ("; still differs: " + m.kvpress_differs).c_str());
     }
     std::printf("\n%-20s %s\n", "none", "no compression: answers from the full cache");
     return 0;

@@ -85,6 +85,14 @@ CLI::Option * add_param_option(CLI::App * cmd, std::vector<std::string> & params
                                       : "method parameter KEY=VALUE (repeatable; see `kvlab methods`)");
 }
 
+CLI::Option * add_preset_option(CLI::App * cmd, std::string & preset) {
+    return cmd
+        ->add_option("--preset", preset,
+                     "kvpress: every method takes the parameters that follow kvpress's rules (see `kvlab methods`; "
+                     "--param overrides them)")
+        ->check(CLI::IsMember({"", "kvpress"}));
+}
+
 namespace {
 std::pair<std::string, std::string> split_kv(const std::string & kv, const std::string & whole) {
     const size_t eq = kv.find('=');

@@ -57,6 +57,9 @@ void add_budget_options(CLI::App * cmd, BudgetArgs & b);
 // --param: `KEY=VALUE` where one method runs, `METHOD:KEY=VALUE` where several do (a bare
 // KEY=VALUE is accepted there when exactly one method runs).
 CLI::Option * add_param_option(CLI::App * cmd, std::vector<std::string> & params, bool per_method);
+// --preset kvpress: each method's parameters follow kvpress's rules (`kvlab methods`); --param
+// still overrides them.
+CLI::Option * add_preset_option(CLI::App * cmd, std::string & preset);
 ParamMap parse_params(const std::vector<std::string> & kvs);
 // METHOD -> its parameters; throws naming a --param whose method is not in `methods`.
 std::map<std::string, ParamMap> parse_method_params(const std::vector<std::string> & specs,

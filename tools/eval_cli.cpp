@@ -102,6 +102,7 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
         if (!ratios->count()) set_budgets(c);  // together they are applied once
     });
     add_param_option(cmd, a->params, true);
+    over(add_preset_option(cmd, f.preset), [a](eval::RunConfig & c) { c.preset = a->flags.preset; });
     over(cmd->add_flag("--query-aware", a->query_aware, "append each question to the context before compressing"),
          [](eval::RunConfig & c) { c.query_aware = true; });
     over(cmd->add_option("-n,--max-tokens", f.max_tokens, "most tokens per answer")->check(CLI::PositiveNumber),

@@ -38,16 +38,25 @@ struct ParamSpec {
     std::string help;
 };
 
+// Parameters as given by the user (name -> text); validated against the method's specs.
+using ParamMap = std::map<std::string, std::string>;
+
 struct MethodInfo {
     std::string name;
     std::string summary;
     std::vector<ParamSpec> params;
     bool wrapper = false;   // takes a `base` scorer method
     bool observes = false;  // scores from the prefill's queries (a wrapper: as its base; listed for the default)
+    // kvpress's press of the same method (PRESSES.md, "Fidelity to kvpress"): the parameters
+    // under which this method follows kvpress's rules (`--preset kvpress`), and what still
+    // differs from kvpress under them ("" when nothing is known to).
+    ParamMap kvpress_params;
+    std::string kvpress_differs;
 };
 
-// Parameters as given by the user (name -> text); validated against the method's specs.
-using ParamMap = std::map<std::string, std::string>;
+// The parameters of `method` under a preset: "" (kvlab's defaults: `params` as given) or
+// "kvpress" (the method's kvpress_params, then `params` over them). Throws for another name.
+ParamMap apply_preset(const std::string & preset, const std::string & method, const ParamMap & params);
 
 class Press {
 public:

@@ -33,6 +33,7 @@ nlohmann::json RunConfig::to_json() const {
             {"seed", task.seed},
             {"haystack", haystack},
             {"methods", methods_j},
+            {"preset", preset},
             {"budgets", budgets_j},
             {"query_aware", query_aware},
             {"max_tokens", max_tokens},
@@ -47,7 +48,7 @@ nlohmann::json RunConfig::to_json() const {
 RunConfig RunConfig::from_json(const nlohmann::json & j) {
     if (!j.is_object()) throw Error("eval", "an experiment is a JSON object");
     static const std::set<std::string> known = {
-        "model",       "tasks",      "lengths", "depths", "samples",   "seed",    "haystack", "methods", "budgets",
+        "model",       "preset",     "tasks",      "lengths", "depths", "samples",   "seed",    "haystack", "methods", "budgets",
         "query_aware", "max_tokens", "threads", "chunk",  "attention", "out_dir", "shard",    "n_shards"};
     for (const auto & [k, v] : j.items())
         if (!known.count(k)) throw Error("eval", "unknown experiment key '" + k + "'");
@@ -85,6 +86,7 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
                 c.budgets.push_back(bc);
             }
         if (j.contains("query_aware")) c.query_aware = j["query_aware"].get<bool>();
+        if (j.contains("preset")) c.preset = j["preset"].get<std::string>();
         if (j.contains("max_tokens")) c.max_tokens = j["max_tokens"].get<int>();
         if (j.contains("threads")) c.threads = j["threads"].get<int>();
         if (j.contains("chunk")) c.chunk = j["chunk"].get<int>();

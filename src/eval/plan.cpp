@@ -22,7 +22,8 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
                                 std::to_string(cfg.n_shards));
     if (cfg.max_tokens < 1) throw Error("eval", "max_tokens must be at least 1");
     if (!cfg.methods.empty() && cfg.budgets.empty()) throw Error("eval", "methods need at least one budget");
-    for (const auto & m : cfg.methods) make_press(m.name, m.params, model);  // validate before any work
+    for (const auto & m : cfg.methods)  // validate before any work
+        make_press(m.name, apply_preset(cfg.preset, m.name, m.params), model);
     RunPlan plan;
     plan.configs.push_back({"none", "full", -1, {}});
     for (size_t m = 0; m < cfg.methods.size(); ++m)

@@ -22,7 +22,7 @@ public:
     Runner(const RunConfig & cfg, Engine & engine, const Tokenizer & tok, const RunPlan & plan, std::ostream & os,
            const std::function<void(const Progress &)> & on_progress)
         : cfg_(cfg), engine_(engine), tok_(tok), plan_(plan), os_(os), on_progress_(on_progress) {
-        for (const auto & m : cfg.methods) methods_.push_back({m.name, m.params});
+        for (const auto & m : cfg.methods) methods_.push_back({m.name, apply_preset(cfg.preset, m.name, m.params)});
         go_.max_tokens = cfg.max_tokens;
         go_.eog_ids = tok.eog_ids();
         pr_.total = plan.n_answers();

@@ -34,6 +34,7 @@ struct RunConfig {
     TaskOptions task;
     std::vector<std::string> haystack;  // files; empty: the project's data/haystack essays
     std::vector<MethodConfig> methods;  // besides the full cache, which always runs
+    std::string preset;                 // "" (kvlab's defaults) or "kvpress" (see apply_preset)
     std::vector<BudgetConfig> budgets;
     bool query_aware = false;
     int max_tokens = 32;

@@ -308,6 +308,16 @@ std::unique_ptr<Press> make_press(const std::string & name, const ParamMap & par
     return out;
 }
 
+ParamMap apply_preset(const std::string & preset, const std::string & method, const ParamMap & params) {
+    if (preset.empty()) return params;
+    if (preset != "kvpress") throw Error("press", "unknown preset '" + preset + "' (presets: kvpress)");
+    const press::Registration * r = press::find_method(method);
+    if (!r) return params;  // make_press names the unknown method
+    ParamMap out = r->info.kvpress_params;
+    for (const auto & [k, v] : params) out[k] = v;
+    return out;
+}
+
 std::vector<MethodInfo> press_methods() {
     std::vector<MethodInfo> v;
     for (const press::Registration * r : press::all_methods()) {

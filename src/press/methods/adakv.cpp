@@ -32,6 +32,8 @@ const MethodRegistrar reg([] {
             return select_per_head(s, n);
         });
     };
+    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
+    r.info.kvpress_differs = "kvpress counts the window inside n_kept and protects each head's top int(alpha * n_kept) before the global bottom is evicted";
     return r;
 });
 }  // namespace

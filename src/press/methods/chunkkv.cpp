@@ -72,6 +72,8 @@ const MethodRegistrar reg([] {
             return chunk_select(s, b.per_layer(s.L), chunk);
         });
     };
+    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
+    r.info.kvpress_differs = "kvpress keeps int(n_chunks (1 - cr)) whole chunks, scores the window like any row, and may end below the budget";
     return r;
 });
 

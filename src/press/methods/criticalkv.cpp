@@ -105,6 +105,8 @@ const MethodRegistrar reg([] {
     r.make = [](const Params & p, const Model & m) -> std::unique_ptr<Press> {
         return std::make_unique<CriticalPress>(make_base_scorer(p, m), m);
     };
+    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
+    r.info.kvpress_differs = "kvpress adds epsilon to the window mean (kvlab to the sum) and its stage 1 is int(0.5 (1 - cr) L) rows, window included";
     return r;
 });
 

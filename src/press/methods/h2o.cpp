@@ -105,6 +105,8 @@ const MethodRegistrar reg([] {
             return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), B));
         });
     };
+    r.info.kvpress_params = {{"normalize", "true"}, {"recent", "0"}};
+    r.info.kvpress_differs = "";
     return r;
 });
 

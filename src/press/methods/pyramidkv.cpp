@@ -18,6 +18,8 @@ const MethodRegistrar reg([] {
             return select_per_layer_budget(s, pyramid_budgets(s.L, b.per_layer(s.L), s.window, int(s.s.size()), beta));
         });
     };
+    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
+    r.info.kvpress_differs = "budgets: kvpress gives layer l window + L(1-cr) falling linearly (max_capacity_prompt), the window inside each layer's count, uniform when the smallest would be under the window; kvlab follows KVCache-Factory's beta formula";
     return r;
 });
 }  // namespace

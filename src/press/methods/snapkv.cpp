@@ -87,9 +87,12 @@ std::unique_ptr<Scorer> make_window_scorer(const Params & p, const Model & m) {
 
 namespace {
 const MethodRegistrar reg([] {
-    return uniform_method(MethodInfo{"snapkv", "observation-window attention, pooled; the same budget for every layer",
+    Registration r = uniform_method(MethodInfo{"snapkv", "observation-window attention, pooled; the same budget for every layer",
                                      window_params(), false, true},
                           make_window_scorer);
+    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
+    r.info.kvpress_differs = "";
+    return r;
 });
 }  // namespace
 

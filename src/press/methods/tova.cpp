@@ -66,13 +66,16 @@ std::unique_ptr<Scorer> make_scorer(const Params &, const Model & m) {
 }
 
 const MethodRegistrar reg([] {
-    return uniform_method(
+    Registration r = uniform_method(
         MethodInfo{"tova",
                    "attention of the last context token, averaged over the layer's heads; one set per layer",
                    {},
                    false,
                    true},
         make_scorer);
+    r.info.kvpress_params = {};
+    r.info.kvpress_differs = "kvpress always keeps the last prompt token";
+    return r;
 });
 
 }  // namespace

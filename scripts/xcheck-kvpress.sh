@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Do kvlab's methods keep the rows kvpress's presses keep? On the same GGUF and token ids,
+# per method and ratio: the mean and minimum Jaccard similarity over (layer, KV head) of the
+# kept row sets, for kvlab's defaults and for kvlab's `--preset kvpress` (the parameters that
+# follow kvpress's rules; `kvlab methods` lists them and what still differs). Not part of CI: it uses the venv of scripts/bench-kvpress.sh (torch, kvpress).
+#   scripts/xcheck-kvpress.sh [MODEL] [--tokens 2000] [--ratios "0.5 0.875"] [--out FILE]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+model=smollm2-135m tokens=2000 ratios="0.5 0.875" out=""
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then model=$1; shift; fi
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tokens) tokens=$2; shift 2 ;;
+    --ratios) ratios=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "xcheck-kvpress: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+venv="${KVLAB_CACHE:-$HOME/.cache/kvlab}/kvpress-venv"
+if ! "$venv/bin/python" -c "import kvpress, gguf" 2>/dev/null; then
+  python3 -m venv "$venv"
+  PIP_ROOT_USER_ACTION=ignore "$venv/bin/pip" install --quiet --disable-pip-version-check kvpress==0.5.5 gguf >&2
+fi
+bash "$root/scripts/setup.sh"
+kvlab="${KVLAB_BUILD_DIR:-$root/build}/kvlab"
+gguf=$(bash "$root/scripts/models.sh" "$model")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$venv/bin/python" - "$gguf" "$tokens" "$work/ids.json" <<'PY'
+import json, random, sys
+import gguf
+n_vocab = len(gguf.GGUFReader(sys.argv[1]).fields["tokenizer.ggml.tokens"].data)
+rng = random.Random(1234)
+json.dump([rng.randrange(n_vocab) for _ in range(int(sys.argv[2]))], open(sys.argv[3], "w"))
+PY
+methods=knorm,snapkv,tova,h2o,expected_attention,keydiff,streaming_llm
+declare -A params=([defaults]="" [preset-kvpress]="--preset kvpress")
+results=()
+for label in defaults preset-kvpress; do
+  for r in $ratios; do
+    plans="$work/plans-$label-$r"
+    # shellcheck disable=SC2086
+    "$kvlab" bench-methods "$gguf" --tokens "$work/ids.json" --context "$tokens" --ratio "$r" --methods "$methods" \
+      --reps 1 --decode 2 -t 1 --dump-plans "$plans" ${params[$label]} > /dev/null
+    "$venv/bin/python" "$root/scripts/kvpress/xcheck.py" --gguf "$gguf" --ids "$work/ids.json" --plans "$plans" \
+      --ratio "$r" --methods "$methods" --label "kvlab $label" > "$work/x-$label-$r.json"
+    results+=("$work/x-$label-$r.json")
+  done
+done
+"$venv/bin/python" - "$out" "${results[@]}" <<'PY'
+import json, sys
+out, files = sys.argv[1], sys.argv[2:]
+runs = [json.load(open(f)) for f in files]
+print(f"{'kvlab':16s} {'method':20s} {'ratio':>6s} {'mean J':>7s} {'min J':>6s}")
+for r in runs:
+    for row in r["rows"]:
+        print(f"{r['label'][6:]:16s} {row['method']:20s} {r['ratio']:6.3f} {row['mean_jaccard']:7.3f} {row['min_jaccard']:6.3f}")
+print(f"\n{runs[0]['context_tokens']} token ids, CPU {runs[0]['provenance']['cpu']}, kvpress {runs[0]['provenance']['kvpress']}, torch {runs[0]['provenance']['torch']}")
+if out:
+    json.dump({"runs": runs}, open(out, "w"), indent=2)
+PY
