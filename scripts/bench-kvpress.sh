@@ -24,13 +24,8 @@ while [ $# -gt 0 ]; do
     *) echo "bench-kvpress: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-cache="${KVLAB_CACHE:-$HOME/.cache/kvlab}"
-venv="$cache/kvpress-venv"
-if ! "$venv/bin/python" -c "import kvpress, gguf" 2>/dev/null; then
-  echo "[bench-kvpress] installing kvpress 0.5.5, torch, transformers and gguf into $venv" >&2
-  python3 -m venv "$venv"
-  PIP_ROOT_USER_ACTION=ignore "$venv/bin/pip" install --quiet --disable-pip-version-check kvpress==0.5.5 gguf >&2
-fi
+source "$root/scripts/kvpress/lib.sh"
+python=$(kvpress_python)
 bash "$root/scripts/setup.sh"
 kvlab="${KVLAB_BUILD_DIR:-$root/build}/kvlab"
 gguf=$(bash "$root/scripts/models.sh" "$model")
@@ -38,23 +33,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # the context: real token ids drawn from the vocabulary with a fixed seed (speed does not
 # depend on the text), the same ids for both tools
-"$venv/bin/python" - "$gguf" "$tokens" "$work/ids.json" <<'PY'
-import json, random, sys
-import gguf
-r = gguf.GGUFReader(sys.argv[1])
-n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
-rng = random.Random(1234)
-json.dump([rng.randrange(n_vocab) for _ in range(int(sys.argv[2]))], open(sys.argv[3], "w"))
-PY
+write_random_ids "$python" "$gguf" "$tokens" "$work/ids.json"
 for t in $threads; do
   echo "[bench-kvpress] $t thread(s): kvlab" >&2
   "$kvlab" bench-methods "$gguf" --tokens "$work/ids.json" --context "$tokens" --ratio "$ratio" --methods "$methods" \
     --reps "$reps" -t "$t" --json > "$work/kvlab-$t.json"
   echo "[bench-kvpress] $t thread(s): kvpress" >&2
-  "$venv/bin/python" "$root/scripts/kvpress/bench.py" --gguf "$gguf" --ids "$work/ids.json" --methods "none,$methods" \
+  "$python" "$root/scripts/kvpress/bench.py" --gguf "$gguf" --ids "$work/ids.json" --methods "none,$methods" \
     --ratio "$ratio" --threads "$t" --reps "$reps" --out "$work/kvpress-$t.json" > /dev/null
 done
-"$venv/bin/python" - "$work" "$threads" "${out:-}" <<'PY'
+"$python" - "$work" "$threads" "${out:-}" <<'PY'
 import json, sys
 work, threads, out = sys.argv[1], sys.argv[2].split(), sys.argv[3]
 report = {"runs": []}

@@ -16,23 +16,14 @@ while [ $# -gt 0 ]; do
     *) echo "xcheck-kvpress: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-venv="${KVLAB_CACHE:-$HOME/.cache/kvlab}/kvpress-venv"
-if ! "$venv/bin/python" -c "import kvpress, gguf" 2>/dev/null; then
-  python3 -m venv "$venv"
-  PIP_ROOT_USER_ACTION=ignore "$venv/bin/pip" install --quiet --disable-pip-version-check kvpress==0.5.5 gguf >&2
-fi
+source "$root/scripts/kvpress/lib.sh"
+python=$(kvpress_python)
 bash "$root/scripts/setup.sh"
 kvlab="${KVLAB_BUILD_DIR:-$root/build}/kvlab"
 gguf=$(bash "$root/scripts/models.sh" "$model")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$venv/bin/python" - "$gguf" "$tokens" "$work/ids.json" <<'PY'
-import json, random, sys
-import gguf
-n_vocab = len(gguf.GGUFReader(sys.argv[1]).fields["tokenizer.ggml.tokens"].data)
-rng = random.Random(1234)
-json.dump([rng.randrange(n_vocab) for _ in range(int(sys.argv[2]))], open(sys.argv[3], "w"))
-PY
+write_random_ids "$python" "$gguf" "$tokens" "$work/ids.json"
 methods=knorm,snapkv,tova,h2o,expected_attention,keydiff,streaming_llm
 declare -A params=([defaults]="" [preset-kvpress]="--preset kvpress")
 results=()
@@ -42,12 +33,12 @@ for label in defaults preset-kvpress; do
     # shellcheck disable=SC2086
     "$kvlab" bench-methods "$gguf" --tokens "$work/ids.json" --context "$tokens" --ratio "$r" --methods "$methods" \
       --reps 1 --decode 2 -t 1 --dump-plans "$plans" ${params[$label]} > /dev/null
-    "$venv/bin/python" "$root/scripts/kvpress/xcheck.py" --gguf "$gguf" --ids "$work/ids.json" --plans "$plans" \
+    "$python" "$root/scripts/kvpress/xcheck.py" --gguf "$gguf" --ids "$work/ids.json" --plans "$plans" \
       --ratio "$r" --methods "$methods" --label "kvlab $label" > "$work/x-$label-$r.json"
     results+=("$work/x-$label-$r.json")
   done
 done
-"$venv/bin/python" - "$out" "${results[@]}" <<'PY'
+"$python" - "$out" "${results[@]}" <<'PY'
 import json, sys
 out, files = sys.argv[1], sys.argv[2:]
 runs = [json.load(open(f)) for f in files]
