@@ -389,10 +389,25 @@ TEST_F(PressModel, StreamingLlmKeepsSinksAndTheMostRecent) {
     for (int64_t j = k_L - (B - 4); j < k_L; ++j) want.push_back(int32_t(j));
     for (int il = 0; il < c.n_layer(); ++il)
         for (int h = 0; h < c.n_head_kv(); ++h) EXPECT_EQ(c.positions(il, h), want);
-    // a ratio: kept = int(L * (1 - r)), kvpress's rounding (L * 0.3 = 45: 105 either way; see
+    // a ratio: kept = int(L * (1 - r)), kvpress's rounding (here 45 rows under either rule; see
     // PressScoring.RatioKeepsWhatKvpressKeeps for the cases where the two rules differ)
     KvStore r = compressed("streaming_llm", Budget::from_ratio(0.7));
     EXPECT_EQ(r.n_rows(1, 1), int64_t(double(k_L) * (1.0 - 0.7)));
+}
+
+TEST_F(PressModel, TovaKeepLastKeepsTheLastContextToken) {
+    // at 10 rows the last token's own attention rarely ranks it; keep_last (kvpress's rule) must
+    KvStore kept = compressed("tova", Budget::from_tokens(10), {{"keep_last", "true"}});
+    for (int il = 0; il < kept.n_layer(); ++il)
+        for (int h = 0; h < kept.n_head_kv(); ++h) {
+            EXPECT_EQ(kept.n_rows(il, h), 10);
+            EXPECT_EQ(kept.positions(il, h).back(), int32_t(k_L - 1)) << "layer " << il;
+        }
+    // without the rule some layer drops it on this model: the check above is not void
+    KvStore plain = compressed("tova", Budget::from_tokens(10));
+    int dropped = 0;
+    for (int il = 0; il < plain.n_layer(); ++il) dropped += plain.positions(il, 0).back() != int32_t(k_L - 1);
+    EXPECT_GT(dropped, 0);
 }
 
 TEST_F(PressModel, PyramidBudgetsFollowTheFormula) {

@@ -13,7 +13,8 @@ namespace {
 
 class LastQueryScorer : public Scorer {
 public:
-    explicit LastQueryScorer(const Model & m) : hp_(m.hparams()), n_threads_(m.n_threads()) {}
+    LastQueryScorer(const Model & m, bool keep_last)
+        : hp_(m.hparams()), n_threads_(m.n_threads()), keep_last_(keep_last) {}
 
     const QueryObserver * observer(KvStore &, int64_t L, double * observe_s) override {
         L_ = L;
@@ -36,6 +37,7 @@ public:
         Scores s;
         s.L = L;
         s.per_layer = true;
+        s.window = keep_last_ ? std::min<int64_t>(1, L) : 0;  // kvpress always keeps the last token
         s.s.assign(hp_.n_layer, std::vector<std::vector<float>>(hp_.n_head_kv));
         const int group = hp_.n_gqa(), d = hp_.head_dim;
         parallel_for(hp_.n_layer, n_threads_, [&](int64_t il) {
@@ -56,25 +58,25 @@ private:
     HParams hp_;
     int n_threads_;
     int64_t L_ = 0;
-    bool seen_ = false;
+    bool seen_ = false, keep_last_ = false;
     std::vector<std::vector<float>> q_;  // [layer][n_head][head_dim]
     QueryObserver obs_;
 };
 
-std::unique_ptr<Scorer> make_scorer(const Params &, const Model & m) {
-    return std::make_unique<LastQueryScorer>(m);
+std::unique_ptr<Scorer> make_scorer(const Params & p, const Model & m) {
+    return std::make_unique<LastQueryScorer>(m, p.get_bool("keep_last"));
 }
 
 const MethodRegistrar reg([] {
     Registration r = uniform_method(
         MethodInfo{"tova",
                    "attention of the last context token, averaged over the layer's heads; one set per layer",
-                   {},
+                   {{"keep_last", "false", "always keep the last context token (kvpress)"}},
                    false,
                    true},
         make_scorer);
-    r.info.kvpress_params = {};
-    r.info.kvpress_differs = "kvpress always keeps the last prompt token";
+    r.info.kvpress_params = {{"keep_last", "true"}};
+    r.info.kvpress_differs = "";
     return r;
 });
 
