@@ -25,15 +25,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 source "$root/scripts/kvpress/lib.sh"
-python=$(kvpress_python)
-bash "$root/scripts/setup.sh"
-kvlab="${KVLAB_BUILD_DIR:-$root/build}/kvlab"
-gguf=$(bash "$root/scripts/models.sh" "$model")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # the context: real token ids drawn from the vocabulary with a fixed seed (speed does not
 # depend on the text), the same ids for both tools
-write_random_ids "$python" "$gguf" "$tokens" "$work/ids.json"
+prepare_context "$root" "$model" "$tokens" "$work"
 for t in $threads; do
   echo "[bench-kvpress] $t thread(s): kvlab" >&2
   "$kvlab" bench-methods "$gguf" --tokens "$work/ids.json" --context "$tokens" --ratio "$ratio" --methods "$methods" \

@@ -17,13 +17,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 source "$root/scripts/kvpress/lib.sh"
-python=$(kvpress_python)
-bash "$root/scripts/setup.sh"
-kvlab="${KVLAB_BUILD_DIR:-$root/build}/kvlab"
-gguf=$(bash "$root/scripts/models.sh" "$model")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-write_random_ids "$python" "$gguf" "$tokens" "$work/ids.json"
+# the context: real token ids drawn from the vocabulary with a fixed seed (speed does not
+# depend on the text), the same ids for both tools
+prepare_context "$root" "$model" "$tokens" "$work"
 methods=knorm,snapkv,tova,h2o,expected_attention,keydiff,streaming_llm
 declare -A params=([defaults]="" [preset-kvpress]="--preset kvpress")
 results=()

@@ -33,7 +33,6 @@ constexpr double k_rel = 1e-5;  // scores vs reference, relative to the head's l
 class PressModel : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = new std::string(test::temp_dir("press"));
         test::TinySpec spec;
         spec.arch = "llama";
         spec.n_layer = 3;
@@ -43,18 +42,11 @@ protected:
         spec.head_dim = 16;
         spec.seed = 11;
         spec.weight_type = GGML_TYPE_Q8_0;  // integer dot products: matmuls do not depend on the batch
-        const std::string path = test::write_tiny_gguf(spec, test::default_model_path(), *dir_ + "/tiny.gguf");
-        model_ = Model::load(path, 2).release();
-        Tokenizer tok(path);
-        tokens_ = new std::vector<int32_t>(tok.encode(test::test_text("avg.txt")));
-        tokens_->resize(k_L + 40);
+        tiny_ = test::load_tiny_model(spec, "press", k_L + 40).release();
+        model_ = tiny_->model.get();
+        tokens_ = &tiny_->tokens;
     }
-    static void TearDownTestSuite() {
-        delete model_;
-        delete tokens_;
-        std::filesystem::remove_all(*dir_);
-        delete dir_;
-    }
+    static void TearDownTestSuite() { delete tiny_; }
     static std::vector<int32_t> context() { return {tokens_->begin(), tokens_->begin() + k_L}; }
     static std::vector<int32_t> query() { return {tokens_->begin() + k_L, tokens_->end()}; }
     static const HParams & hp() { return model_->hparams(); }
@@ -86,7 +78,7 @@ protected:
         return cache;
     }
 
-    static inline std::string * dir_ = nullptr;
+    static inline test::TinyModel * tiny_ = nullptr;
     static inline Model * model_ = nullptr;
     static inline std::vector<int32_t> * tokens_ = nullptr;
 };

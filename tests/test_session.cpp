@@ -19,7 +19,6 @@ constexpr int64_t k_L = 120;
 class Session : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = new std::string(test::temp_dir("session"));
         test::TinySpec spec;
         spec.arch = "llama";
         spec.n_layer = 2;
@@ -28,18 +27,11 @@ protected:
         spec.seed = 7;
         spec.n_ctx_train = 256;
         spec.weight_type = GGML_TYPE_Q8_0;
-        const std::string path = test::write_tiny_gguf(spec, test::default_model_path(), *dir_ + "/tiny.gguf");
-        model_ = Model::load(path, 2).release();
-        Tokenizer tok(path);
-        tokens_ = new std::vector<int32_t>(tok.encode(test::test_text("avg.txt")));
-        tokens_->resize(k_L + 6);
+        tiny_ = test::load_tiny_model(spec, "session", k_L + 6).release();
+        model_ = tiny_->model.get();
+        tokens_ = &tiny_->tokens;
     }
-    static void TearDownTestSuite() {
-        delete model_;
-        delete tokens_;
-        std::filesystem::remove_all(*dir_);
-        delete dir_;
-    }
+    static void TearDownTestSuite() { delete tiny_; }
     static std::vector<int32_t> context() { return {tokens_->begin(), tokens_->begin() + k_L}; }
     static std::vector<int32_t> query() { return {tokens_->begin() + k_L, tokens_->end()}; }
     static GenerateOptions greedy(int n) {
@@ -48,7 +40,7 @@ protected:
         go.stop_on_eog = false;
         return go;
     }
-    static inline std::string * dir_ = nullptr;
+    static inline test::TinyModel * tiny_ = nullptr;
     static inline Model * model_ = nullptr;
     static inline std::vector<int32_t> * tokens_ = nullptr;
 };

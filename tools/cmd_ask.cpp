@@ -87,6 +87,7 @@ private:
         int64_t max_query = 0;
         for (size_t qi = q0; qi < q1; ++qi) max_query = std::max<int64_t>(max_query, int64_t(queries_[qi].query.size()));
         ContextSession s(*engine_, methods_, SessionOptions{max_query, a_.max_tokens});
+        if (!methods_.empty()) method_params_ = s.press(0).params();
         log("[prefill]  %zu context tokens ...\n", context.size());
         s.prefill(context);
         const PrefillStats & ps = s.prefill_stats();
@@ -150,8 +151,7 @@ private:
         j["budget"] = !compressing ? nlohmann::json()
                                    : nlohmann::json{{"ratio", budget_.tokens >= 0 ? nlohmann::json() : nlohmann::json(budget_.ratio)},
                                                     {"tokens", budget_.tokens >= 0 ? nlohmann::json(budget_.tokens) : nlohmann::json()}};
-        j["method_params"] = compressing ? make_press(a_.method, methods_[0].params, *l_.model)->params()
-                                         : nlohmann::json::object();
+        j["method_params"] = method_params_;
         j["query_aware"] = a_.query_aware;
         j["preset"] = a_.preset;
         j["prepared"] = prepared_json_;
@@ -171,6 +171,7 @@ private:
     std::unique_ptr<Engine> engine_;
     GenerateOptions go_;
     nlohmann::json answers_json_ = nlohmann::json::array(), prepared_json_ = nlohmann::json::array();
+    nlohmann::json method_params_ = nlohmann::json::object();  // resolved (defaults filled in)
 };
 
 const CommandRegistrar reg("ask", [](CLI::App & app, int & rc) {

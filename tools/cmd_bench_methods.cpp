@@ -199,10 +199,12 @@ const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
     auto a = std::make_shared<BenchMethodsArgs>();
     add_model_arg(cmd, a->model);
     cmd->add_option("--context", a->context, "context tokens")->check(CLI::PositiveNumber);
-    cmd->add_option("--context-file", a->context_file, "take the context from this text (default: random token ids)")
-        ->check(CLI::ExistingFile);
+    auto * text = cmd->add_option("--context-file", a->context_file,
+                                  "take the context from this text (default: random token ids)")
+                      ->check(CLI::ExistingFile);
     cmd->add_option("--tokens", a->tokens_file, "take the context's token ids from this JSON array")
-        ->check(CLI::ExistingFile);
+        ->check(CLI::ExistingFile)
+        ->excludes(text);
     cmd->add_option("--dump-plans", a->dump_plans, "write each method's kept rows (first repetition) to DIR/METHOD.json");
     cmd->add_option("--ratio", a->ratio, "compression ratio")->check(CLI::Range(0.0, 0.999));
     add_list_option(cmd, "--methods", a->methods, "method names, or all");

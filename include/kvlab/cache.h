@@ -40,6 +40,7 @@ public:
     int64_t offset(int il, int h) const { return layers_[il].off[h]; }
     int64_t n_rows(int il, int h) const { return int64_t(layers_[il].pos[h].size()); }
     int64_t total_rows() const;  // held rows over all segments
+    std::vector<std::vector<int64_t>> rows_per_segment() const;  // [layer][head] held rows
     // Original positions of the rows of (layer, head), ascending.
     const std::vector<int32_t> & positions(int il, int h) const { return layers_[il].pos[h]; }
     // True when the heads of layer il hold the same positions in equal-capacity segments

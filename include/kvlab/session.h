@@ -97,8 +97,6 @@ private:
     PrefillStats prefill_;
 };
 
-// Rows kept per (layer, head) of a cache: [layer][head].
-std::vector<std::vector<int64_t>> kept_rows(const KvStore & cache);
 // 1 - rows held / (context rows x layers x heads).
 double achieved_ratio(const KvStore & cache, int64_t context_rows);
 

@@ -23,3 +23,13 @@ rng = random.Random(1234)
 json.dump([rng.randrange(n_vocab) for _ in range(int(sys.argv[2]))], open(sys.argv[3], "w"))
 PY
 }
+
+# prepare_context ROOT MODEL TOKENS WORKDIR: builds kvlab (scripts/setup.sh), sets $python,
+# $kvlab and $gguf, and writes WORKDIR/ids.json (write_random_ids): what both scripts start from.
+prepare_context() {
+  python=$(kvpress_python)
+  bash "$1/scripts/setup.sh"
+  kvlab="${KVLAB_BUILD_DIR:-$1/build}/kvlab"
+  gguf=$(bash "$1/scripts/models.sh" "$2")
+  write_random_ids "$python" "$gguf" "$3" "$4/ids.json"
+}

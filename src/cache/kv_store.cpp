@@ -57,6 +57,13 @@ std::vector<std::vector<int64_t>> KvStore::capacities() const {
     return caps;
 }
 
+std::vector<std::vector<int64_t>> KvStore::rows_per_segment() const {
+    std::vector<std::vector<int64_t>> rows(layers_.size());
+    for (size_t il = 0; il < layers_.size(); ++il)
+        for (const auto & p : layers_[il].pos) rows[il].push_back(int64_t(p.size()));
+    return rows;
+}
+
 int64_t KvStore::total_rows() const {
     int64_t n = 0;
     for (const auto & l : layers_)

@@ -42,11 +42,6 @@ bool supports_matmul(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft, co
 
 }  // namespace
 
-size_t WeightBuffers::bytes() const {
-    return (repacked ? ggml_backend_buffer_get_size(repacked.get()) : 0) +
-           (plain ? ggml_backend_buffer_get_size(plain.get()) : 0);
-}
-
 WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend,
                                const std::function<bool(const ggml_tensor *)> & may_repack) {
     WeightBuffers wb;

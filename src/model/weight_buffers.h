@@ -13,7 +13,6 @@ struct WeightBuffers {
     ggml_backend_buffer_ptr repacked;  // null when no tensor went there
     ggml_backend_buffer_ptr plain;
     int n_repacked = 0;
-    size_t bytes() const;
 };
 
 // Allocates every tensor of ctx. `may_repack` says which tensors are only ever the weight

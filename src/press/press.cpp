@@ -70,9 +70,7 @@ CompressStats compress(Press & press, KvStore & cache, const Budget & budget, in
     st.rows_after = cache.total_rows();
     st.bytes_after = cache.bytes();
     st.used_after = cache.used_bytes();
-    st.kept.resize(cache.n_layer());
-    for (int il = 0; il < cache.n_layer(); ++il)
-        for (int h = 0; h < cache.n_head_kv(); ++h) st.kept[il].push_back(cache.n_rows(il, h));
+    st.kept = cache.rows_per_segment();
     return st;
 }
 

@@ -15,13 +15,6 @@ ContextQuery split_query(const Tokenizer::SplitPrompt & p, bool query_aware) {
     return cq;
 }
 
-std::vector<std::vector<int64_t>> kept_rows(const KvStore & c) {
-    std::vector<std::vector<int64_t>> kept(c.n_layer());
-    for (int il = 0; il < c.n_layer(); ++il)
-        for (int h = 0; h < c.n_head_kv(); ++h) kept[il].push_back(c.n_rows(il, h));
-    return kept;
-}
-
 double achieved_ratio(const KvStore & c, int64_t context_rows) {
     const double full = double(context_rows) * c.n_layer() * c.n_head_kv();
     return full > 0 ? 1.0 - double(c.total_rows()) / full : 0.0;
@@ -68,7 +61,7 @@ PreparedCache ContextSession::full() const {
     st.rows_after = p.cache.total_rows();
     st.bytes_after = p.cache.bytes();
     st.used_after = p.cache.used_bytes();
-    st.kept = kept_rows(p.cache);
+    st.kept = p.cache.rows_per_segment();
     return p;
 }
 

@@ -1,5 +1,8 @@
 #include "support/tiny_gguf.h"
 
+#include "kvlab/text.h"
+#include "support/fixtures.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -287,6 +290,22 @@ std::string default_model_path() {
     check(std::filesystem::exists(path),
           "test model " + path + " is missing; run scripts/models.sh smollm2-135m (or set KVLAB_TEST_MODEL)");
     return path;
+}
+
+TinyModel::~TinyModel() {
+    model.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+}
+
+std::unique_ptr<TinyModel> load_tiny_model(const TinySpec & spec, const std::string & tag, size_t n_tokens) {
+    auto t = std::make_unique<TinyModel>();
+    t->dir = temp_dir(tag);
+    const std::string path = write_tiny_gguf(spec, default_model_path(), t->dir + "/tiny.gguf");
+    t->model = Model::load(path, 2);
+    t->tokens = Tokenizer(path).encode(test_text("avg.txt"));
+    t->tokens.resize(n_tokens);
+    return t;
 }
 
 }  // namespace kvlab::test

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "ggml.h"
+#include "kvlab/model.h"
 
 namespace kvlab::test {
 
@@ -37,5 +40,16 @@ std::string write_tiny_gguf(const TinySpec & spec, const std::string & vocab_src
 // ~/.cache/kvlab/models/smollm2-135m-0.1.2.gguf. Throws kvlab::Error naming the fix
 // (scripts/models.sh smollm2-135m) when the file is missing.
 std::string default_model_path();
+
+// A tiny model of `spec` written into a fresh temporary directory and loaded (2 threads),
+// with the first n_tokens ids of tests/data/avg.txt in its vocabulary. The directory goes
+// with it.
+struct TinyModel {
+    std::string dir;
+    std::unique_ptr<kvlab::Model> model;
+    std::vector<int32_t> tokens;
+    ~TinyModel();
+};
+std::unique_ptr<TinyModel> load_tiny_model(const TinySpec & spec, const std::string & tag, size_t n_tokens);
 
 }  // namespace kvlab::test
