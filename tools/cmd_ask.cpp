@@ -1,9 +1,12 @@
 // kvlab ask MODEL --context-file F -q Q [-q Q ...] [--method NAME (--ratio R | --budget B)]:
 // the seed flow on the command line: prefill the context once, compress its cache once,
 // answer each question from an independent copy, with every timing and the cache's bytes.
+// kvlab ask MODEL --cache doc.kvc -q Q ...: the same answers from a cache file that
+// `kvlab compress` wrote (no prefill, no compression).
 #include <cstdio>
 
 #include "common.h"
+#include "kvlab/cache_file.h"
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
 #include "kvlab/session.h"
@@ -14,7 +17,7 @@ namespace kvlab::cli {
 namespace {
 
 struct AskArgs {
-    std::string model, context_file, method = "none", attention = "kvlab", preset;
+    std::string model, context_file, cache, system, method = "none", attention = "kvlab", preset;
     std::vector<std::string> questions, params;
     BudgetArgs budget;
     bool query_aware = false, json = false, no_stop = false;
@@ -48,6 +51,8 @@ public:
     explicit Ask(const AskArgs & a) : a_(a) {}
 
     int run() {
+        if (!a_.cache.empty()) return run_from_file();
+        if (a_.context_file.empty()) throw Error("ask", "give the context: --context-file F or --cache FILE.kvc");
         const bool compressing = a_.method != "none";
         if (!compressing && (a_.budget.given() || !a_.params.empty()))
             throw Error("ask", "--ratio, --budget and --param need --method (see `kvlab methods`)");
@@ -60,7 +65,7 @@ public:
         }
         const std::string context = read_file(a_.context_file);
         for (const std::string & q : a_.questions)
-            queries_.push_back(split_query(l_.tok->context_prompt(context, q), a_.query_aware));
+            queries_.push_back(split_query(l_.tok->context_chat(before(a_.system), context, {{"user", q}}), a_.query_aware));
         engine_ = std::make_unique<Engine>(*l_.model, EngineOptions{a_.chunk, parse_attention_kernel(a_.attention)});
         go_.max_tokens = a_.max_tokens;
         go_.stop_on_eog = !a_.no_stop;
@@ -77,6 +82,57 @@ public:
     }
 
 private:
+    static std::vector<ChatMessage> before(const std::string & system) {
+        return system.empty() ? std::vector<ChatMessage>{} : std::vector<ChatMessage>{{"system", system}};
+    }
+
+    // Answers every question from the cache file: no prefill, no compression.
+    int run_from_file() {
+        if (!a_.context_file.empty() || a_.method != "none" || a_.budget.given() || !a_.params.empty() ||
+            !a_.preset.empty() || a_.query_aware || !a_.system.empty())
+            throw Error("ask", "--cache answers from the file as it was made: --context-file, --system, --method, "
+                               "--ratio, --budget, --param, --preset and --query-aware do not apply");
+        l_ = load(a_.model, a_.threads);
+        engine_ = std::make_unique<Engine>(*l_.model, EngineOptions{a_.chunk, parse_attention_kernel(a_.attention)});
+        go_.max_tokens = a_.max_tokens;
+        go_.stop_on_eog = !a_.no_stop;
+        go_.eog_ids = l_.tok->eog_ids();
+        // The query tokens first (the reserve depends on them), from the file's own prompt.
+        const nlohmann::json meta = read_cache_file_meta(a_.cache);
+        const nlohmann::json ctx = meta.value("context", nlohmann::json::object());
+        const std::string system = ctx.value("system", std::string());
+        reset_peak_rss();
+        LoadedCacheFile f = load_cache_file(a_.cache, *l_.model, 0);
+        if (f.content.text.empty())
+            throw Error("ask", a_.cache + " was made from token ids, not text: its questions cannot be templated");
+        int64_t max_query = 0;
+        for (const std::string & q : a_.questions) {
+            const Tokenizer::SplitPrompt sp = l_.tok->context_chat(before(system), f.content.text, {{"user", q}});
+            if (sp.context != f.content.tokens)
+                throw Error("ask", a_.cache + ": this tokenizer does not reproduce the file's context tokens");
+            queries_.push_back({sp.context, sp.query});
+            max_query = std::max<int64_t>(max_query, int64_t(sp.query.size()));
+        }
+        f.cache.reserve(max_query + a_.max_tokens);
+        method_params_ = ctx.value("params", nlohmann::json::object());
+        log("[cache]    %s: %lld context tokens, method %s, %s of KV rows; read %s in %.3f s (%.2f GB/s: read %.3f s, "
+            "verify %.3f s, build %.3f s)\n",
+            a_.cache.c_str(), static_cast<long long>(f.content.tokens.size()), ctx.value("method", "?").c_str(),
+            human_bytes(f.cache.used_bytes()).c_str(), human_bytes(f.file_bytes).c_str(), f.seconds(),
+            double(f.file_bytes) / f.seconds() / 1e9, f.read_s, f.verify_s, f.build_s);
+        prepared_json_.push_back({{"cache_file", a_.cache},
+                                  {"context_tokens", f.content.tokens.size()},
+                                  {"file_bytes", f.file_bytes},
+                                  {"load_s", f.seconds()},
+                                  {"load", {{"read_s", f.read_s}, {"verify_s", f.verify_s}, {"build_s", f.build_s}}},
+                                  {"kv_bytes", f.cache.used_bytes()},
+                                  {"made", ctx}});
+        ContextSession s(*engine_, {}, SessionOptions{max_query, a_.max_tokens});
+        for (size_t qi = 0; qi < queries_.size(); ++qi) answer(qi, s, f.cache);
+        print_summary();
+        return 0;
+    }
+
     template <typename... Args>
     void log(const char * fmt, Args... args) const {
         if (!a_.json) std::fprintf(stderr, fmt, args...);
@@ -147,6 +203,7 @@ private:
         const bool compressing = !methods_.empty();
         nlohmann::json j;
         j["context_file"] = a_.context_file;
+        j["cache_file"] = a_.cache;
         j["method"] = a_.method;
         j["budget"] = !compressing ? nlohmann::json()
                                    : nlohmann::json{{"ratio", budget_.tokens >= 0 ? nlohmann::json() : nlohmann::json(budget_.ratio)},
@@ -179,9 +236,12 @@ const CommandRegistrar reg("ask", [](CLI::App & app, int & rc) {
         "ask", "Prefill a context once, compress its KV cache once, answer each question from an independent copy");
     auto a = std::make_shared<AskArgs>();
     add_model_arg(cmd, a->model);
-    cmd->add_option("--context-file", a->context_file, "the long context (a text file)")
-        ->required()
-        ->check(CLI::ExistingFile);
+    auto * ctx = cmd->add_option("--context-file", a->context_file, "the long context (a text file)")
+                     ->check(CLI::ExistingFile);
+    cmd->add_option("--cache", a->cache, "answer from a cache file written by `kvlab compress` instead")
+        ->check(CLI::ExistingFile)
+        ->excludes(ctx);
+    cmd->add_option("--system", a->system, "a system message before the context");
     cmd->add_option("-q,--question", a->questions, "a question about the context (repeatable)")->required();
     cmd->add_option("--method", a->method, "compression method (`kvlab methods`), or none for the full cache");
     add_budget_options(cmd, a->budget);

@@ -30,8 +30,17 @@ public:
     KvStore(KvStore &&) noexcept = default;
     KvStore & operator=(KvStore &&) noexcept = default;
 
-    // A deep, independent copy: same capacities, same rows and positions.
-    KvStore copy() const;
+    // A store restored from saved rows (a cache file): segment (il, h) holds the rows at
+    // positions[il][h] (ascending, each below next_pos) plus room for `reserve` more; its
+    // K/V data is undefined until write_rows() fills it. Throws kvlab::Error for a shape
+    // that does not match hp or positions out of order.
+    static KvStore restore(const HParams & hp, ggml_backend * backend,
+                           std::vector<std::vector<std::vector<int32_t>>> positions, int32_t next_pos,
+                           int64_t reserve);
+
+    // A deep, independent copy: same rows and positions, and capacities with room for at
+    // least `room` more rows per segment (answering from the copy then never regrows it).
+    KvStore copy(int64_t room = 0) const;
 
     int32_t n_layer() const { return int32_t(layers_.size()); }
     int32_t n_head_kv() const { return n_head_kv_; }
@@ -73,6 +82,11 @@ public:
     // K or V rows of segment (il, h) as float32, [n_rows][head_dim].
     std::vector<float> read_k(int il, int h) const;
     std::vector<float> read_v(int il, int h) const;
+
+    // The held rows of segment (il, h) in their stored F16 form: K (value=false) or V,
+    // n_rows(il, h) x head_dim halves. write_rows() overwrites them.
+    void read_rows(int il, int h, bool value, void * dst) const;
+    void write_rows(int il, int h, bool value, const void * src);
 
     // Allocated bytes of the K/V buffers, and the bytes the held rows need.
     uint64_t bytes() const;

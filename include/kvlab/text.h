@@ -41,6 +41,14 @@ public:
         std::vector<int32_t> context, query;
     };
     SplitPrompt context_prompt(const std::string & context, const std::string & question) const;
+    // A conversation about a long context, split at the context's end: `before` (say a
+    // system message) comes first, the context joins the first of `messages` (a user
+    // turn: "CONTEXT\n\nQuestion: FIRST"), the others follow, and the assistant turn is
+    // opened. The context part does not depend on `messages`, so one cached context serves
+    // every conversation. Without a chat template, user turns read "\n\nQuestion: Q\nAnswer:"
+    // and assistant turns " A". Throws unless messages start with a user turn.
+    SplitPrompt context_chat(const std::vector<ChatMessage> & before, const std::string & context,
+                             const std::vector<ChatMessage> & messages) const;
 
     int32_t n_vocab() const;
     int32_t bos() const;

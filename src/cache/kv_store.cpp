@@ -51,6 +51,45 @@ void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_COMPUTE);
 }
 
+KvStore KvStore::restore(const HParams & hp, ggml_backend * backend,
+                         std::vector<std::vector<std::vector<int32_t>>> positions, int32_t next_pos, int64_t reserve) {
+    if (int32_t(positions.size()) != hp.n_layer)
+        throw Error("cache", "saved rows for " + std::to_string(positions.size()) + " layers; the model has " +
+                                 std::to_string(hp.n_layer));
+    if (reserve < 0 || next_pos < 0) throw Error("cache", "a restored store needs a non-negative reserve and position");
+    std::vector<std::vector<int64_t>> caps(positions.size());
+    for (size_t il = 0; il < positions.size(); ++il) {
+        if (int32_t(positions[il].size()) != hp.n_head_kv)
+            throw Error("cache", "saved rows for " + std::to_string(positions[il].size()) + " KV heads in layer " +
+                                     std::to_string(il) + "; the model has " + std::to_string(hp.n_head_kv));
+        for (const auto & pos : positions[il]) {
+            for (size_t j = 0; j < pos.size(); ++j)
+                if (pos[j] < 0 || pos[j] >= next_pos || (j > 0 && pos[j] <= pos[j - 1]))
+                    throw Error("cache", "saved positions of layer " + std::to_string(il) +
+                                             " are not ascending positions below " + std::to_string(next_pos));
+            caps[il].push_back(int64_t(pos.size()) + reserve);
+        }
+    }
+    KvStore s(hp, backend, caps);
+    s.next_pos_ = next_pos;
+    for (size_t il = 0; il < positions.size(); ++il) s.layers_[il].pos = std::move(positions[il]);
+    return s;
+}
+
+void KvStore::read_rows(int il, int h, bool value, void * dst) const {
+    const Layer & l = layers_[il];
+    const ggml_tensor * t = value ? l.v : l.k;
+    const size_t n = size_t(n_rows(il, h)) * t->nb[1];
+    if (n > 0) ggml_backend_tensor_get(t, dst, size_t(l.off[h]) * t->nb[1], n);
+}
+
+void KvStore::write_rows(int il, int h, bool value, const void * src) {
+    const Layer & l = layers_[il];
+    ggml_tensor * t = value ? l.v : l.k;
+    const size_t n = size_t(n_rows(il, h)) * t->nb[1];
+    if (n > 0) ggml_backend_tensor_set(t, src, size_t(l.off[h]) * t->nb[1], n);
+}
+
 std::vector<std::vector<int64_t>> KvStore::capacities() const {
     std::vector<std::vector<int64_t>> caps;
     for (const auto & l : layers_) caps.push_back(l.cap);
@@ -100,8 +139,11 @@ void copy_segment(ggml_tensor * dst, int64_t dst_off, const ggml_tensor * src, i
 
 }  // namespace
 
-KvStore KvStore::copy() const {
-    KvStore out(hp_, backend_, capacities());
+KvStore KvStore::copy(int64_t room) const {
+    std::vector<std::vector<int64_t>> caps = capacities();
+    for (size_t il = 0; il < layers_.size(); ++il)
+        for (int h = 0; h < n_head_kv_; ++h) caps[il][h] = std::max(caps[il][h], n_rows(int(il), h) + room);
+    KvStore out(hp_, backend_, caps);
     out.next_pos_ = next_pos_;
     std::vector<uint8_t> tmp;
     for (size_t il = 0; il < layers_.size(); ++il) {
@@ -219,7 +261,7 @@ void KvStore::compact(const KeepPlan & keep, int64_t reserve) {
 }
 
 namespace {
-std::vector<float> read_rows(const ggml_tensor * t, int64_t off, int64_t n, int64_t dim) {
+std::vector<float> rows_as_float(const ggml_tensor * t, int64_t off, int64_t n, int64_t dim) {
     std::vector<ggml_fp16_t> h(size_t(n * dim));
     if (n > 0) ggml_backend_tensor_get(t, h.data(), off * t->nb[1], h.size() * sizeof(ggml_fp16_t));
     std::vector<float> out(h.size());
@@ -229,11 +271,11 @@ std::vector<float> read_rows(const ggml_tensor * t, int64_t off, int64_t n, int6
 }  // namespace
 
 std::vector<float> KvStore::read_k(int il, int h) const {
-    return read_rows(layers_[il].k, layers_[il].off[h], n_rows(il, h), head_dim_);
+    return rows_as_float(layers_[il].k, layers_[il].off[h], n_rows(il, h), head_dim_);
 }
 
 std::vector<float> KvStore::read_v(int il, int h) const {
-    return read_rows(layers_[il].v, layers_[il].off[h], n_rows(il, h), head_dim_);
+    return rows_as_float(layers_[il].v, layers_[il].off[h], n_rows(il, h), head_dim_);
 }
 
 uint64_t KvStore::row_bytes() const {

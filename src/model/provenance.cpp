@@ -14,18 +14,9 @@ namespace kvlab {
 std::string kvlab_version() { return KVLAB_VERSION; }
 std::string kvlab_git_commit() { return KVLAB_GIT_COMMIT; }
 
-nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
-    namespace fs = std::filesystem;
+nlohmann::json hparams_json(const Model & model) {
     const HParams & hp = model.hparams();
-    const GgufSummary gs = summarize_gguf(model.gguf());
-    nlohmann::json j;
-    j["model"] = {
-        {"path", fs::absolute(model.path()).string()},
-        {"file_bytes", fs::file_size(model.path())},
-        {"sha256", sha256_file_cached(model.path())},
-        {"gguf", to_json(gs)},
-    };
-    j["hparams"] = {
+    nlohmann::json j = {
         {"arch", hp.arch},
         {"n_layer", hp.n_layer},
         {"n_head", hp.n_head},
@@ -40,7 +31,26 @@ nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
                   {"freq_scale", hp.rope_freq_scale},
                   {"freq_factors", model.rope_freq_factors() != nullptr}}},
     };
-    model.arch().describe(j["hparams"]);  // n_ff, rms_eps, ...: what the architecture has
+    model.arch().describe(j);  // n_ff, rms_eps, ...: what the architecture has
+    return j;
+}
+
+std::string hparams_hash(const Model & model) {
+    const std::string canonical = hparams_json(model).dump();  // keys sorted: a canonical form
+    return sha256_hex(canonical.data(), canonical.size());
+}
+
+nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
+    namespace fs = std::filesystem;
+    const GgufSummary gs = summarize_gguf(model.gguf());
+    nlohmann::json j;
+    j["model"] = {
+        {"path", fs::absolute(model.path()).string()},
+        {"file_bytes", fs::file_size(model.path())},
+        {"sha256", sha256_file_cached(model.path())},
+        {"gguf", to_json(gs)},
+    };
+    j["hparams"] = hparams_json(model);
     j["tokens"] = {{"bos", tok.bos()}, {"eos", tok.eos()}, {"eot", tok.eot()}, {"adds_bos", tok.adds_bos()},
                    {"eog", tok.eog_ids()}};
     j["build"] = {

@@ -82,14 +82,32 @@ std::vector<int32_t> Tokenizer::chat(const std::vector<ChatMessage> & messages) 
 }
 
 Tokenizer::SplitPrompt Tokenizer::context_prompt(const std::string & context, const std::string & question) const {
+    return context_chat({}, context, {{"user", question}});
+}
+
+Tokenizer::SplitPrompt Tokenizer::context_chat(const std::vector<ChatMessage> & before, const std::string & context,
+                                               const std::vector<ChatMessage> & messages) const {
+    if (messages.empty() || messages[0].role != "user")
+        throw Error("text", "a conversation about a context starts with a user message");
+    for (const ChatMessage & m : messages)
+        if (m.role != "user" && m.role != "assistant")
+            throw Error("text", "after the context only user and assistant messages may follow, not '" + m.role + "'");
     SplitPrompt sp;
     if (!has_chat_template()) {
-        sp.context = encode(context, true, false);
-        sp.query = encode("\n\nQuestion: " + question + "\nAnswer:", false, false);
+        std::string head;
+        for (const ChatMessage & m : before) head += m.content + "\n\n";
+        sp.context = encode(head + context, true, false);
+        std::string tail;
+        for (const ChatMessage & m : messages)
+            tail += m.role == "user" ? "\n\nQuestion: " + m.content + "\nAnswer:" : " " + m.content;
+        sp.query = encode(tail, false, false);
         return sp;
     }
-    const std::string text = chat_text({{"user", context + "\n\nQuestion: " + question}});
-    const size_t at = text.find(context);
+    std::vector<ChatMessage> all = before;
+    all.push_back({"user", context + "\n\nQuestion: " + messages[0].content});
+    all.insert(all.end(), messages.begin() + 1, messages.end());
+    const std::string text = chat_text(all);
+    const size_t at = text.find(context + "\n\nQuestion: ");
     if (at == std::string::npos) throw Error("text", "the chat template did not keep the context verbatim");
     const size_t end = at + context.size();
     sp.context = encode(text.substr(0, end), true, true);

@@ -1,0 +1,66 @@
+// Cache files (.kvc): a prefilled, possibly compressed context that outlives the process.
+//
+// Versioned and self-describing. Layout (little-endian):
+//   "KVLABKVC"  u32 format version  u32 n_sections
+//   n_sections x { char id[4]; u32 flags = 0; u64 offset; u64 size; u8 sha256[32] }
+//   u8 sha256[32] of every byte above (the header's own checksum)
+//   sections, each at a 64-byte aligned offset:
+//     META  JSON: format, model {file, sha256, hparams_hash, hparams}, next_pos, rows,
+//           kv_bytes, created_unix, kvlab {version, commit}, and the caller's "context"
+//           object (method, params, budget, timings, ...)
+//     TEXT  the context's text as given (UTF-8; empty when it was given as token ids)
+//     TOKN  i32 [n_tokens] the context's token ids (n_tokens == next_pos)
+//     SEGS  per layer, per KV head: u32 n_rows, then i32 [n_rows] ascending positions
+//     KVF6  per layer, per KV head: F16 K rows [n_rows][head_dim], then F16 V rows
+// Written atomically: a temporary file in the same folder, fsync, rename, fsync of the
+// folder; a crash at any point leaves the previous file intact. Read with one read() and
+// fully checked (header and section checksums, bounds, model identity) before any row is
+// used: a truncated, corrupt, tampered, foreign-model or future-version file is refused
+// with a kvlab::Error that says which.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kvlab/cache.h"
+#include "kvlab/model.h"
+
+namespace kvlab {
+
+constexpr uint32_t k_cache_file_version = 1;
+
+// What a cache file holds besides the rows.
+struct CacheFileContent {
+    std::string text;                                   // the context's text ("" when made from token ids)
+    std::vector<int32_t> tokens;                        // the context's tokens: the positions 0 .. n-1 of the store
+    nlohmann::json context = nlohmann::json::object();  // method, params, budget, timings, ...
+};
+
+// Writes the store (its held rows only, not its reserve) and the content to path,
+// atomically. Throws kvlab::Error naming the path on any failure (the old file stays).
+// Returns the bytes written.
+uint64_t save_cache_file(const std::string & path, const Model & model, const KvStore & cache,
+                         const CacheFileContent & content);
+
+struct LoadedCacheFile {
+    KvStore cache;
+    CacheFileContent content;
+    nlohmann::json meta;  // the whole META section
+    uint64_t file_bytes = 0;
+    double read_s = 0.0;    // the read() of the whole file
+    double verify_s = 0.0;  // checksums and structure
+    double build_s = 0.0;   // rows into a new store
+    double seconds() const { return read_s + verify_s + build_s; }
+};
+
+// Reads and checks a cache file made for `model`, into a store with room for `reserve`
+// more rows per segment.
+LoadedCacheFile load_cache_file(const std::string & path, const Model & model, int64_t reserve);
+
+// The META section alone (header and META checksums verified; rows not read): for listing.
+// With `content`, also the context's text and tokens (TEXT and TOKN, checked) into it.
+nlohmann::json read_cache_file_meta(const std::string & path, CacheFileContent * content = nullptr);
+
+}  // namespace kvlab

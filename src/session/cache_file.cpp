@@ -1,0 +1,388 @@
+#include "kvlab/cache_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include "kvlab/error.h"
+#include "kvlab/provenance.h"
+#include "kvlab/sys.h"
+
+namespace kvlab {
+
+static_assert(std::endian::native == std::endian::little, "cache files are little-endian");
+
+namespace {
+
+constexpr char k_magic[8] = {'K', 'V', 'L', 'A', 'B', 'K', 'V', 'C'};
+constexpr size_t k_fixed = 16;  // magic, version, n_sections
+constexpr size_t k_entry = 56;  // id, flags, offset, size, sha256
+constexpr size_t k_sha = 32;
+constexpr uint32_t k_max_sections = 16;
+constexpr uint64_t k_align = 64;
+const std::array<std::string, 5> k_sections = {"META", "TEXT", "TOKN", "SEGS", "KVF6"};
+
+Error file_error(const std::string & path, const std::string & what) {
+    return Error("cache-file", path + ": " + what);
+}
+
+std::string hex_of(const uint8_t * sha) {
+    static const char * digits = "0123456789abcdef";
+    std::string s(2 * k_sha, '0');
+    for (size_t i = 0; i < k_sha; ++i) {
+        s[2 * i] = digits[sha[i] >> 4];
+        s[2 * i + 1] = digits[sha[i] & 15];
+    }
+    return s;
+}
+
+void bytes_of_hex(const std::string & hex, uint8_t * out) {
+    for (size_t i = 0; i < k_sha; ++i) out[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+}
+
+uint64_t align_up(uint64_t x) {
+    return (x + k_align - 1) / k_align * k_align;
+}
+
+template <typename T>
+void put(std::vector<uint8_t> & b, T v) {
+    const size_t at = b.size();
+    b.resize(at + sizeof(T));
+    std::memcpy(b.data() + at, &v, sizeof(T));
+}
+
+template <typename T>
+T get(const uint8_t * p) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+}
+
+// A file descriptor that closes itself.
+struct Fd {
+    int fd = -1;
+    explicit Fd(int f) : fd(f) {}
+    Fd(const Fd &) = delete;
+    Fd & operator=(const Fd &) = delete;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+void write_all(int fd, const void * data, size_t n, uint64_t offset, const std::string & path) {
+    const auto * p = static_cast<const uint8_t *>(data);
+    while (n > 0) {
+        const ssize_t w = ::pwrite(fd, p, n, off_t(offset));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) throw file_error(path, std::string("write failed: ") + std::strerror(errno));
+        p += w;
+        n -= size_t(w);
+        offset += uint64_t(w);
+    }
+}
+
+void read_all(int fd, void * data, size_t n, uint64_t offset, const std::string & path) {
+    auto * p = static_cast<uint8_t *>(data);
+    while (n > 0) {
+        const ssize_t r = ::pread(fd, p, n, off_t(offset));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) throw file_error(path, std::string("read failed: ") + std::strerror(errno));
+        if (r == 0) throw file_error(path, "truncated (the file ended while it was read)");
+        p += r;
+        n -= size_t(r);
+        offset += uint64_t(r);
+    }
+}
+
+struct Section {
+    std::string id;
+    uint64_t offset = 0, size = 0;
+    std::string sha;  // hex
+};
+
+// The section table of a file's first bytes; checks the magic, the version and the header
+// checksum. `head` holds at least the fixed part; `need` is set to the header's full size.
+std::map<std::string, Section> parse_header(const std::string & path, const uint8_t * head, size_t n_head,
+                                            uint64_t file_size, size_t * need) {
+    if (file_size < k_fixed + k_sha || n_head < k_fixed) throw file_error(path, "not a kvlab cache file (too short)");
+    if (std::memcmp(head, k_magic, sizeof(k_magic)) != 0) throw file_error(path, "not a kvlab cache file (bad magic)");
+    const uint32_t version = get<uint32_t>(head + 8);
+    if (version > k_cache_file_version)
+        throw file_error(path, "made by a newer kvlab (cache format version " + std::to_string(version) +
+                                   "; this kvlab reads version " + std::to_string(k_cache_file_version) + ")");
+    if (version == 0) throw file_error(path, "corrupt header (format version 0)");
+    const uint32_t n = get<uint32_t>(head + 12);
+    if (n == 0 || n > k_max_sections) throw file_error(path, "corrupt header (" + std::to_string(n) + " sections)");
+    *need = k_fixed + n * k_entry + k_sha;
+    if (file_size < *need) throw file_error(path, "truncated inside its header");
+    if (n_head < *need) return {};
+    const std::string want = hex_of(head + k_fixed + n * k_entry);
+    if (sha256_hex(head, k_fixed + n * k_entry) != want)
+        throw file_error(path, "header checksum mismatch (the file is corrupt or was altered)");
+    std::map<std::string, Section> out;
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint8_t * e = head + k_fixed + i * k_entry;
+        Section s{std::string(reinterpret_cast<const char *>(e), 4), get<uint64_t>(e + 8), get<uint64_t>(e + 16),
+                  hex_of(e + 24)};
+        if (s.offset < *need || s.offset > file_size || s.size > file_size - s.offset)
+            throw file_error(path, "truncated: section " + s.id + " ends past the end of the file");
+        if (!out.emplace(s.id, s).second) throw file_error(path, "corrupt header (section " + s.id + " twice)");
+    }
+    for (const std::string & id : k_sections)
+        if (!out.count(id)) throw file_error(path, "corrupt header (no " + id + " section)");
+    return out;
+}
+
+void check_section(const std::string & path, const Section & s, const uint8_t * data) {
+    if (sha256_hex(data, s.size) != s.sha)
+        throw file_error(path, "checksum mismatch in section " + s.id + " (the file is corrupt or was altered)");
+}
+
+nlohmann::json parse_meta(const std::string & path, const uint8_t * data, uint64_t size) {
+    nlohmann::json meta = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+    if (!meta.is_object() || !meta.contains("model") || !meta["model"].is_object() || !meta.contains("next_pos") ||
+        !meta["next_pos"].is_number_integer())
+        throw file_error(path, "corrupt META section");
+    return meta;
+}
+
+std::string string_field(const nlohmann::json & j, const char * key) {
+    return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+}  // namespace
+
+uint64_t save_cache_file(const std::string & path, const Model & model, const KvStore & cache,
+                         const CacheFileContent & content) {
+    namespace fs = std::filesystem;
+    const HParams & hp = model.hparams();
+    if (int64_t(content.tokens.size()) != cache.next_pos())
+        throw file_error(path, "the store holds " + std::to_string(cache.next_pos()) + " positions but " +
+                                   std::to_string(content.tokens.size()) + " context tokens were given");
+    nlohmann::json meta = {
+        {"format", {{"name", "kvlab-kvc"}, {"version", k_cache_file_version}}},
+        {"model",
+         {{"file", fs::path(model.path()).filename().string()},
+          {"sha256", sha256_file_cached(model.path())},
+          {"hparams_hash", hparams_hash(model)},
+          {"hparams", hparams_json(model)}}},
+        {"next_pos", cache.next_pos()},
+        {"rows", cache.total_rows()},
+        {"kv_bytes", cache.used_bytes()},
+        {"created_unix", int64_t(std::time(nullptr))},
+        {"kvlab", {{"version", kvlab_version()}, {"commit", kvlab_git_commit()}}},
+        {"context", content.context},
+    };
+    const std::string meta_text = meta.dump();
+    std::vector<uint8_t> segs;
+    for (int il = 0; il < hp.n_layer; ++il)
+        for (int h = 0; h < hp.n_head_kv; ++h) {
+            const auto & pos = cache.positions(il, h);
+            put<uint32_t>(segs, uint32_t(pos.size()));
+            for (int32_t p : pos) put<int32_t>(segs, p);
+        }
+
+    static std::atomic<uint64_t> counter{0};
+    const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.fd < 0) throw file_error(path, "cannot create " + tmp + ": " + std::strerror(errno));
+    bool done = false;
+    struct Cleanup {
+        const std::string & tmp;
+        const bool & done;
+        ~Cleanup() {
+            if (!done) ::unlink(tmp.c_str());
+        }
+    } cleanup{tmp, done};
+
+    const size_t n_sec = k_sections.size();
+    const uint64_t header = k_fixed + n_sec * k_entry + k_sha;
+    std::vector<Section> table;
+    uint64_t at = align_up(header);
+    const auto write_section = [&](const std::string & id, const void * data, size_t n) {
+        write_all(fd.fd, data, n, at, path);
+        table.push_back({id, at, n, sha256_hex(data, n)});
+        at = align_up(at + n);
+    };
+    write_section("META", meta_text.data(), meta_text.size());
+    write_section("TEXT", content.text.data(), content.text.size());
+    write_section("TOKN", content.tokens.data(), content.tokens.size() * sizeof(int32_t));
+    write_section("SEGS", segs.data(), segs.size());
+    {  // the rows, streamed segment by segment with a running checksum
+        Sha256 sha;
+        const uint64_t start = at;
+        std::vector<uint8_t> rows;
+        for (int il = 0; il < hp.n_layer; ++il)
+            for (int h = 0; h < hp.n_head_kv; ++h)
+                for (bool value : {false, true}) {
+                    rows.resize(size_t(cache.n_rows(il, h)) * cache.row_bytes() / 2);
+                    cache.read_rows(il, h, value, rows.data());
+                    write_all(fd.fd, rows.data(), rows.size(), at, path);
+                    sha.update(rows.data(), rows.size());
+                    at += rows.size();
+                }
+        table.push_back({"KVF6", start, at - start, sha.hex()});
+    }
+    std::vector<uint8_t> head(k_magic, k_magic + sizeof(k_magic));
+    put<uint32_t>(head, k_cache_file_version);
+    put<uint32_t>(head, uint32_t(n_sec));
+    for (const Section & s : table) {
+        head.insert(head.end(), s.id.begin(), s.id.end());
+        put<uint32_t>(head, 0);
+        put<uint64_t>(head, s.offset);
+        put<uint64_t>(head, s.size);
+        head.resize(head.size() + k_sha);
+        bytes_of_hex(s.sha, head.data() + head.size() - k_sha);
+    }
+    const std::string hsha = sha256_hex(head.data(), head.size());
+    head.resize(head.size() + k_sha);
+    bytes_of_hex(hsha, head.data() + head.size() - k_sha);
+    write_all(fd.fd, head.data(), head.size(), 0, path);
+
+    if (::fsync(fd.fd) != 0) throw file_error(path, std::string("fsync failed: ") + std::strerror(errno));
+    if (::close(fd.fd) != 0) {
+        fd.fd = -1;
+        throw file_error(path, std::string("close failed: ") + std::strerror(errno));
+    }
+    fd.fd = -1;
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+        throw file_error(path, "cannot rename " + tmp + " over it: " + std::strerror(errno));
+    done = true;
+    const fs::path dir = fs::absolute(path).parent_path();
+    Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dfd.fd >= 0) ::fsync(dfd.fd);  // the rename itself made durable (best effort)
+    return at;
+}
+
+LoadedCacheFile load_cache_file(const std::string & path, const Model & model, int64_t reserve) {
+    const HParams & hp = model.hparams();
+    double t0 = now_seconds();
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0) throw file_error(path, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) throw file_error(path, "not a regular file");
+    const uint64_t size = uint64_t(st.st_size);
+    std::vector<uint8_t> buf(size);
+    read_all(fd.fd, buf.data(), buf.size(), 0, path);
+    LoadedCacheFile out{KvStore(hp, model.backend(), 0), {}, {}, size};
+    out.read_s = now_seconds() - t0;
+
+    t0 = now_seconds();
+    size_t need = 0;
+    const auto secs = parse_header(path, buf.data(), buf.size(), size, &need);
+    for (const auto & [id, s] : secs) check_section(path, s, buf.data() + s.offset);
+    const auto data = [&](const char * id) { return buf.data() + secs.at(id).offset; };
+    const auto bytes = [&](const char * id) { return secs.at(id).size; };
+    out.meta = parse_meta(path, data("META"), bytes("META"));
+    const nlohmann::json & m = out.meta["model"];
+    const std::string sha = sha256_file_cached(model.path()), hh = hparams_hash(model);
+    if (string_field(m, "sha256") != sha)
+        throw file_error(path, "was made with model " + string_field(m, "file") + " (sha256 " +
+                                   string_field(m, "sha256").substr(0, 12) + "...), not with " +
+                                   std::filesystem::path(model.path()).filename().string() + " (sha256 " +
+                                   sha.substr(0, 12) + "...)");
+    if (string_field(m, "hparams_hash") != hh)
+        throw file_error(path, "was made with other hyper-parameters than " + model.path() + "'s");
+    const int64_t next_pos = out.meta["next_pos"].get<int64_t>();
+    if (next_pos < 1 || next_pos > hp.n_ctx_train)
+        throw file_error(path, "corrupt META (" + std::to_string(next_pos) + " positions)");
+    if (bytes("TOKN") != uint64_t(next_pos) * sizeof(int32_t))
+        throw file_error(path, "corrupt TOKN section (" + std::to_string(bytes("TOKN")) + " bytes for " +
+                                   std::to_string(next_pos) + " tokens)");
+    out.content.tokens.resize(size_t(next_pos));
+    std::memcpy(out.content.tokens.data(), data("TOKN"), bytes("TOKN"));
+    for (int32_t t : out.content.tokens)
+        if (t < 0 || t >= hp.n_vocab)
+            throw file_error(path, "corrupt TOKN section (token id " + std::to_string(t) + ")");
+    out.content.text.assign(reinterpret_cast<const char *>(data("TEXT")), bytes("TEXT"));
+    if (out.meta.contains("context") && out.meta["context"].is_object()) out.content.context = out.meta["context"];
+
+    std::vector<std::vector<std::vector<int32_t>>> positions(size_t(hp.n_layer),
+                                                             std::vector<std::vector<int32_t>>(size_t(hp.n_head_kv)));
+    const uint8_t * p = data("SEGS");
+    const uint8_t * const end = p + bytes("SEGS");
+    uint64_t total_rows = 0;
+    for (auto & layer : positions)
+        for (auto & pos : layer) {
+            if (end - p < 4) throw file_error(path, "corrupt SEGS section (too short)");
+            const uint32_t n = get<uint32_t>(p);
+            p += 4;
+            if (n > uint64_t(next_pos) || uint64_t(end - p) < uint64_t(n) * 4)
+                throw file_error(path, "corrupt SEGS section (a segment of " + std::to_string(n) + " rows)");
+            pos.resize(n);
+            std::memcpy(pos.data(), p, size_t(n) * 4);
+            p += size_t(n) * 4;
+            total_rows += n;
+        }
+    if (p != end) throw file_error(path, "corrupt SEGS section (trailing bytes)");
+    const uint64_t half_row = uint64_t(hp.head_dim) * sizeof(uint16_t);
+    if (bytes("KVF6") != total_rows * 2 * half_row)
+        throw file_error(path, "corrupt KVF6 section (" + std::to_string(bytes("KVF6")) + " bytes for " +
+                                   std::to_string(total_rows) + " rows)");
+    out.verify_s = now_seconds() - t0;
+
+    t0 = now_seconds();
+    try {
+        out.cache = KvStore::restore(hp, model.backend(), std::move(positions), int32_t(next_pos), reserve);
+    } catch (const Error & e) {
+        throw file_error(path, std::string("corrupt SEGS section: ") + e.what());
+    }
+    const uint8_t * rows = data("KVF6");
+    for (int il = 0; il < hp.n_layer; ++il)
+        for (int h = 0; h < hp.n_head_kv; ++h)
+            for (bool value : {false, true}) {
+                out.cache.write_rows(il, h, value, rows);
+                rows += uint64_t(out.cache.n_rows(il, h)) * half_row;
+            }
+    out.build_s = now_seconds() - t0;
+    return out;
+}
+
+nlohmann::json read_cache_file_meta(const std::string & path, CacheFileContent * content) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0) throw file_error(path, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) throw file_error(path, "not a regular file");
+    const uint64_t size = uint64_t(st.st_size);
+    std::vector<uint8_t> head(std::min<uint64_t>(size, k_fixed));
+    read_all(fd.fd, head.data(), head.size(), 0, path);
+    size_t need = 0;
+    parse_header(path, head.data(), head.size(), size, &need);
+    head.resize(need);
+    read_all(fd.fd, head.data(), need, 0, path);
+    const auto secs = parse_header(path, head.data(), head.size(), size, &need);
+    const Section & s = secs.at("META");
+    std::vector<uint8_t> meta(s.size);
+    read_all(fd.fd, meta.data(), meta.size(), s.offset, path);
+    check_section(path, s, meta.data());
+    nlohmann::json m = parse_meta(path, meta.data(), meta.size());
+    if (!content) return m;
+    const auto section = [&](const char * id) {
+        const Section & x = secs.at(id);
+        std::vector<uint8_t> b(x.size);
+        read_all(fd.fd, b.data(), b.size(), x.offset, path);
+        check_section(path, x, b.data());
+        return b;
+    };
+    const std::vector<uint8_t> text = section("TEXT"), toks = section("TOKN");
+    const int64_t next_pos = m["next_pos"].get<int64_t>();
+    if (next_pos < 1 || toks.size() != uint64_t(next_pos) * sizeof(int32_t))
+        throw file_error(path, "corrupt TOKN section (" + std::to_string(toks.size()) + " bytes for " +
+                                   std::to_string(next_pos) + " tokens)");
+    content->text.assign(text.begin(), text.end());
+    content->tokens.resize(size_t(next_pos));
+    std::memcpy(content->tokens.data(), toks.data(), toks.size());
+    content->context = m.contains("context") && m["context"].is_object() ? m["context"] : nlohmann::json::object();
+    return m;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,310 @@
+// Cache files: a saved and reloaded cache gives bit-identical rows, positions and logits
+// (compressed with per-head lengths, and full); truncated, corrupt, tampered, foreign-model
+// and future-version files are refused with a clear error; a writer killed with SIGKILL in
+// the middle of a write leaves the previous file intact; `kvlab ask --cache` answers as the
+// in-memory flow of `kvlab ask` does on the real default model.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "kvlab/cache_file.h"
+#include "kvlab/error.h"
+#include "kvlab/session.h"
+#include "kvlab/sys.h"
+#include "support/fixtures.h"
+#include "support/tiny_gguf.h"
+
+extern char ** environ;
+
+namespace kvlab {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t k_L = 100;
+
+std::vector<uint8_t> slurp(const std::string & path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void spit(const std::string & path, const std::vector<uint8_t> & b) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char *>(b.data()), std::streamsize(b.size()));
+}
+
+// The message of the kvlab::Error that loading `path` throws ("" when it loads).
+std::string load_error(const std::string & path, const Model & model) {
+    try {
+        load_cache_file(path, model, 4);
+    } catch (const Error & e) {
+        return e.what();
+    }
+    return "";
+}
+
+// Section table entry i of a cache file: offset and size (layout in cache_file.h).
+struct Entry {
+    std::string id;
+    uint64_t offset, size;
+};
+std::vector<Entry> entries(const std::vector<uint8_t> & b) {
+    uint32_t n;
+    std::memcpy(&n, b.data() + 12, 4);
+    std::vector<Entry> out;
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint8_t * e = b.data() + 16 + 56 * i;
+        Entry x{std::string(reinterpret_cast<const char *>(e), 4), 0, 0};
+        std::memcpy(&x.offset, e + 8, 8);
+        std::memcpy(&x.size, e + 16, 8);
+        out.push_back(x);
+    }
+    return out;
+}
+
+void put_hex_sha(uint8_t * dst, const std::string & hex) {
+    for (int i = 0; i < 32; ++i) dst[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+}
+
+// Recomputes every checksum after a deliberate edit: a forger's file, whose checks pass.
+void resign(std::vector<uint8_t> & b) {
+    const auto es = entries(b);
+    for (size_t i = 0; i < es.size(); ++i)
+        put_hex_sha(b.data() + 16 + 56 * i + 24, sha256_hex(b.data() + es[i].offset, es[i].size));
+    const size_t head = 16 + 56 * es.size();
+    put_hex_sha(b.data() + head, sha256_hex(b.data(), head));
+}
+
+class CacheFile : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        test::TinySpec spec;
+        spec.arch = "qwen2";
+        spec.n_layer = 3;
+        spec.n_head = 4;
+        spec.n_head_kv = 2;
+        spec.seed = 11;
+        spec.n_ctx_train = 256;
+        spec.weight_type = GGML_TYPE_Q8_0;
+        tiny_ = test::load_tiny_model(spec, "cachefile", k_L + 8).release();
+        spec.seed = 12;  // same shapes, other weights: another model
+        other_ = test::load_tiny_model(spec, "cachefile-other", 8).release();
+    }
+    static void TearDownTestSuite() {
+        delete tiny_;
+        delete other_;
+    }
+    static const Model & model() { return *tiny_->model; }
+    static std::vector<int32_t> context() { return {tiny_->tokens.begin(), tiny_->tokens.begin() + k_L}; }
+    static std::vector<int32_t> query() { return {tiny_->tokens.begin() + k_L, tiny_->tokens.end()}; }
+    // A file of the context compressed by adakv (per-head lengths) at `path`.
+    static void write_adakv(const std::string & path) {
+        Engine engine(model());
+        ContextSession s(engine, {{"adakv", {}}}, SessionOptions{0, 0});
+        s.prefill(context());
+        const PreparedCache p = s.compress(0, Budget::from_ratio(0.5));
+        save_cache_file(path, model(), p.cache, {"the text", context(), {{"method", "adakv"}}});
+    }
+    static inline test::TinyModel * tiny_ = nullptr;
+    static inline test::TinyModel * other_ = nullptr;
+};
+
+TEST_F(CacheFile, ReloadedCachesAreBitIdentical) {
+    const std::string dir = test::temp_dir("kvc-roundtrip");
+    Engine engine(model());
+    const SessionOptions so{int64_t(query().size()), 0};
+    ContextSession s(engine, {{"adakv", {}}}, so);
+    s.prefill(context());
+    for (const bool compressed : {true, false}) {
+        const PreparedCache p = compressed ? s.compress(0, Budget::from_ratio(0.6)) : s.full();
+        if (compressed) ASSERT_FALSE(p.cache.layer_uniform(0) && p.cache.layer_uniform(1) && p.cache.layer_uniform(2));
+        const std::string path = dir + "/c.kvc";
+        const nlohmann::json info = {{"method", p.method}, {"note", "round trip"}};
+        save_cache_file(path, model(), p.cache, {"some text", context(), info});
+        const LoadedCacheFile f = load_cache_file(path, model(), s.reserve());
+        EXPECT_EQ(f.content.tokens, context());
+        EXPECT_EQ(f.content.text, "some text");
+        EXPECT_EQ(f.content.context, info);
+        EXPECT_EQ(f.meta["rows"].get<int64_t>(), p.cache.total_rows());
+        EXPECT_EQ(f.cache.bytes(), p.cache.bytes());  // the same reserve: the same allocation
+        ASSERT_EQ(f.cache.next_pos(), p.cache.next_pos());
+        for (int il = 0; il < p.cache.n_layer(); ++il)
+            for (int h = 0; h < p.cache.n_head_kv(); ++h) {
+                EXPECT_EQ(f.cache.positions(il, h), p.cache.positions(il, h));
+                EXPECT_EQ(f.cache.read_k(il, h), p.cache.read_k(il, h));
+                EXPECT_EQ(f.cache.read_v(il, h), p.cache.read_v(il, h));
+            }
+        const std::vector<int32_t> answer = {5, 9, 13};
+        EXPECT_EQ(s.teacher_forced(f.cache, query(), answer), s.teacher_forced(p.cache, query(), answer))
+            << (compressed ? "compressed" : "full");
+        const nlohmann::json meta = read_cache_file_meta(path);
+        EXPECT_EQ(meta["context"], info);
+        EXPECT_EQ(meta["next_pos"].get<int64_t>(), k_L);
+    }
+    fs::remove_all(dir);
+}
+
+TEST_F(CacheFile, DamagedFilesAreRefusedByName) {
+    const std::string dir = test::temp_dir("kvc-damage");
+    const std::string good = dir + "/good.kvc", bad = dir + "/bad.kvc";
+    write_adakv(good);
+    ASSERT_EQ(load_error(good, model()), "");
+    const std::vector<uint8_t> bytes = slurp(good);
+    const auto es = entries(bytes);
+    ASSERT_EQ(es.size(), 5u);
+
+    // truncated anywhere: in the magic, in the header, in every section, one byte short
+    std::vector<size_t> cuts = {0, 5, 20, 200, bytes.size() - 1};
+    for (const Entry & e : es) cuts.push_back(size_t(e.offset + e.size / 2));
+    for (size_t cut : cuts) {
+        spit(bad, {bytes.begin(), bytes.begin() + long(cut)});
+        const std::string err = load_error(bad, model());
+        EXPECT_NE(err.find("[cache-file] " + bad + ":"), std::string::npos) << cut << ": " << err;
+        EXPECT_TRUE(err.find("truncated") != std::string::npos || err.find("too short") != std::string::npos ||
+                    err.find("checksum") != std::string::npos)
+            << cut << ": " << err;
+    }
+    // one flipped bit in every section, and in the section table
+    for (const Entry & e : es) {
+        if (e.size == 0) continue;
+        std::vector<uint8_t> b = bytes;
+        b[e.offset + e.size / 3] ^= 0x10;
+        spit(bad, b);
+        EXPECT_NE(load_error(bad, model()).find("checksum mismatch in section " + e.id), std::string::npos) << e.id;
+    }
+    std::vector<uint8_t> b = bytes;
+    b[16 + 8] ^= 1;  // the first section's offset
+    spit(bad, b);
+    EXPECT_NE(load_error(bad, model()).find("header checksum mismatch"), std::string::npos);
+    // not a cache file at all; a newer format
+    spit(bad, std::vector<uint8_t>(400, 'x'));
+    EXPECT_NE(load_error(bad, model()).find("not a kvlab cache file"), std::string::npos);
+    b = bytes;
+    b[8] = 2;
+    spit(bad, b);
+    EXPECT_NE(load_error(bad, model()).find("made by a newer kvlab (cache format version 2"), std::string::npos);
+    // tampered and re-signed: positions out of order, a token outside the vocabulary, rows
+    // that do not add up, a META that is not JSON
+    const auto section = [&](const std::string & id) {
+        for (const Entry & e : es)
+            if (e.id == id) return e;
+        return Entry{};
+    };
+    b = bytes;
+    const Entry segs = section("SEGS");
+    int32_t p0, p1;
+    std::memcpy(&p0, b.data() + segs.offset + 4, 4);
+    std::memcpy(&p1, b.data() + segs.offset + 8, 4);
+    std::memcpy(b.data() + segs.offset + 4, &p1, 4);
+    std::memcpy(b.data() + segs.offset + 8, &p0, 4);
+    resign(b);
+    spit(bad, b);
+    EXPECT_NE(load_error(bad, model()).find("corrupt SEGS section"), std::string::npos) << load_error(bad, model());
+    b = bytes;
+    const int32_t huge = 1 << 30;
+    std::memcpy(b.data() + section("TOKN").offset, &huge, 4);
+    resign(b);
+    spit(bad, b);
+    EXPECT_NE(load_error(bad, model()).find("corrupt TOKN section (token id"), std::string::npos);
+    b = bytes;
+    uint32_t rows;
+    std::memcpy(&rows, b.data() + segs.offset, 4);
+    rows += 1;
+    std::memcpy(b.data() + segs.offset, &rows, 4);
+    resign(b);
+    spit(bad, b);
+    EXPECT_NE(load_error(bad, model()).find("corrupt"), std::string::npos);
+    b = bytes;
+    b[section("META").offset] = '[';
+    resign(b);
+    spit(bad, b);
+    EXPECT_NE(load_error(bad, model()).find("corrupt META section"), std::string::npos);
+    // a file made with another model is refused by name, before any row is used
+    const std::string err = load_error(good, *other_->model);
+    EXPECT_NE(err.find("was made with model " + fs::path(model().path()).filename().string()), std::string::npos)
+        << err;
+    fs::remove_all(dir);
+}
+
+// Starts `argv` as a child process and returns its pid.
+pid_t spawn(const std::vector<std::string> & args) {
+    std::vector<char *> argv;
+    for (const auto & a : args) argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc == 0 ? pid : -1;
+}
+
+int wait_exit(pid_t pid) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// The real default model, the real CLI: a first file is written; a second `kvlab compress`
+// of the same path is killed with SIGKILL as soon as its temporary file appears (while it
+// writes tens of MB and fsyncs them); the first file is still there, byte for byte, and
+// loads. Then `kvlab ask --cache` answers exactly as `kvlab ask` does in memory.
+TEST(CacheFileCli, KilledWriterLeavesThePreviousFileAndAskAnswersFromIt) {
+    const std::string model = test::default_model_path();
+    const std::string dir = test::temp_dir("kvc-cli");
+    const std::string doc = dir + "/doc.txt", kvc = dir + "/doc.kvc";
+    {
+        std::ofstream out(doc);
+        out << test::test_text("avg.txt").substr(0, 2400) << "\nThe secret code is 7431.\n";
+    }
+    const std::string bin = test::kvlab_binary();
+    const auto q = test::run_command(bin + " compress " + model + " --context-file " + doc +
+                                     " --method snapkv --ratio 0.5 -t 2 -o " + kvc);
+    ASSERT_EQ(q.exit_code, 0) << q.output;
+    const std::vector<uint8_t> first = slurp(kvc);
+
+    // the full cache of a longer context: a write of ~45 MB
+    const std::string long_doc = dir + "/long.txt";
+    {
+        std::ofstream out(long_doc);
+        out << test::test_text("avg.txt").substr(0, 8000);
+    }
+    const pid_t pid = spawn({bin, "compress", model, "--context-file", long_doc, "-t", "2", "-o", kvc});
+    ASSERT_GT(pid, 0);
+    bool seen = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!seen && std::chrono::steady_clock::now() < deadline) {
+        for (const auto & e : fs::directory_iterator(dir))
+            if (e.path().filename().string().rfind("doc.kvc.tmp-", 0) == 0) seen = true;
+        if (!seen) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    kill(pid, SIGKILL);
+    EXPECT_EQ(wait_exit(pid), 128 + SIGKILL);
+    ASSERT_TRUE(seen) << "the writer never created its temporary file";
+    EXPECT_EQ(slurp(kvc), first) << "the previous file changed";
+
+    // answers from the file equal the in-memory flow's
+    const std::string qs = " -q 'What is the secret code?' -q 'What is the text about?' -n 12 -t 2 --json";
+    const auto from_file = test::run_command(bin + " ask " + model + " --cache " + kvc + qs + " 2>/dev/null");
+    const auto in_memory = test::run_command(bin + " ask " + model + " --context-file " + doc +
+                                             " --method snapkv --ratio 0.5" + qs + " 2>/dev/null");
+    ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
+    ASSERT_EQ(in_memory.exit_code, 0) << in_memory.output;
+    const auto a = nlohmann::json::parse(from_file.output), b = nlohmann::json::parse(in_memory.output);
+    ASSERT_EQ(a["answers"].size(), 2u);
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(a["answers"][i]["tokens"], b["answers"][i]["tokens"]) << i;
+    EXPECT_NE(a["answers"][0]["answer"].get<std::string>().find("7431"), std::string::npos)
+        << a["answers"][0]["answer"];
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvlab
