@@ -4,14 +4,14 @@ cmake_minimum_required(VERSION 3.25)
 #   cmake -DROOT=<source dir> -DSTAMP=<file> -P check_layers.cmake
 # Layers, bottom to top; a file's layer is its folder (src/<layer>/..., tools/), a public
 # header's layer is listed below.
-set(layers core text model cache press engine session eval tools)
+set(layers core text model cache press engine session eval server tools)
 set(public_core error.h log.h sys.h)
 set(public_text text.h)
 set(public_model model.h registry.h provenance.h)
 set(public_cache cache.h)
 set(public_press observer.h press.h)
 set(public_engine engine.h)
-set(public_session session.h)
+set(public_session session.h cache_file.h)
 
 function(layer_rank name out)
   list(FIND layers "${name}" r)

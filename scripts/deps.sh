@@ -16,8 +16,8 @@ log() { echo "[deps] $*" >&2; }
 
 # What kvlab needs to build and run; with --tests also what its test suite needs.
 pkgs=(build-essential cmake ninja-build ccache pkg-config git python3-pip
-      nlohmann-json3-dev libcli11-dev libssl-dev)
-[ "${1:-}" = "--tests" ] && pkgs+=(libgtest-dev libgmock-dev libtinyxml2-dev chromium)
+      nlohmann-json3-dev libcli11-dev libssl-dev libcpp-httplib-dev)
+[ "${1:-}" = "--tests" ] && pkgs+=(libgtest-dev libgmock-dev libtinyxml2-dev chromium chromium-driver python3-selenium python3-venv)
 need_apt=()
 for pkg in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")

@@ -49,6 +49,7 @@ int run_generate(const GenerateArgs & a) {
             std::fputs(l.tok->piece(t).c_str(), stdout);
             std::fflush(stdout);
         }
+        return true;
     });
     const std::string text = l.tok->decode(r.tokens);
     const double prefill_tps = r.query_prefill_s > 0 ? double(prompt.size()) / r.query_prefill_s : 0.0;

@@ -31,6 +31,10 @@ AttentionKernel parse_attention_kernel(const std::string & name);  // throws on 
 struct EngineOptions {
     int32_t chunk_size = 512;  // tokens per prefill graph
     AttentionKernel attention = AttentionKernel::kvlab;
+    // 0: compute on the model's backend with its threads. N > 0: on the engine's own CPU
+    // backend with N threads, so that several engines on one model (its weights shared)
+    // compute at the same time, each from its own thread.
+    int32_t n_threads = 0;
 };
 
 struct SamplingParams {
@@ -72,7 +76,7 @@ struct PrefillStats {
 struct GenerateResult {
     std::vector<int32_t> tokens;  // generated tokens (the EOG token that stopped it excluded)
     std::vector<TokenLogprob> logprobs;
-    std::string stop_reason;  // "eog" | "max_tokens"
+    std::string stop_reason;  // "eog" | "max_tokens" | "caller"
     int64_t n_query = 0;
     double query_prefill_s = 0.0;  // query tokens through the model
     double ttft_s = 0.0;           // query submission -> first sampled token (query prefill included)
@@ -102,9 +106,11 @@ public:
                                std::vector<float> * all_logits = nullptr, const QueryObserver * observer = nullptr);
 
     // Feeds the query on top of the cache, then samples up to max_tokens tokens.
-    // on_token is called for each generated token as soon as it is sampled.
+    // on_token is called for each generated token as soon as it is sampled; when it
+    // returns false generation stops there (stop_reason "caller": a stop string, a client
+    // that went away).
     GenerateResult generate(KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & opts,
-                            const std::function<void(int32_t)> & on_token = {});
+                            const std::function<bool(int32_t)> & on_token = {});
 
     // Bytes of the compute buffer (graph intermediates) currently allocated.
     uint64_t compute_bytes() const;
@@ -117,6 +123,7 @@ private:
 
     const Model & model_;
     EngineOptions opts_;
+    ggml_backend_ptr own_backend_;     // with options().n_threads > 0 (else the model's is used)
     ggml_gallocr_ptr galloc_;          // the compute buffer's allocator
     std::vector<uint8_t> graph_meta_;  // storage for graph and tensor metadata
 };

@@ -8,6 +8,7 @@
 #include "engine/attention.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 #include "ggml.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
@@ -202,6 +203,12 @@ AttentionKernel parse_attention_kernel(const std::string & name) {
 Engine::Engine(const Model & model, EngineOptions opts) : model_(model), opts_(opts) {
     if (opts_.chunk_size < 1) throw Error("engine", "chunk size must be at least 1");
     check_kernel_limits(model_);
+    if (opts_.n_threads < 0) throw Error("engine", "threads cannot be negative");
+    if (opts_.n_threads > 0) {  // its own CPU backend: engines on one model compute in parallel
+        own_backend_.reset(ggml_backend_cpu_init());
+        if (!own_backend_) throw Error("backend", "could not initialise a ggml CPU backend");
+        ggml_backend_cpu_set_n_threads(own_backend_.get(), opts_.n_threads);
+    }
     galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(model_.backend())));
     if (!galloc_) throw Error("engine", "could not create the graph allocator");
     graph_meta_.resize(ggml_tensor_overhead() * k_max_nodes + ggml_graph_overhead_custom(k_max_nodes, false));
@@ -261,8 +268,9 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     ggml_backend_tensor_set(in.out_ids, out_ids.data(), 0, n_out * sizeof(int32_t));
     store.set_inputs();
 
-    const ggml_status st = ggml_backend_graph_compute(model_.backend(), gf);
-    ggml_backend_synchronize(model_.backend());
+    ggml_backend * be = own_backend_ ? own_backend_.get() : model_.backend();
+    const ggml_status st = ggml_backend_graph_compute(be, gf);
+    ggml_backend_synchronize(be);
     if (st != GGML_STATUS_SUCCESS) throw Error("engine", "graph computation failed");
     if (logits_out) ggml_backend_tensor_get(logits, logits_out, 0, ggml_nbytes(logits));
     if (observe) {
@@ -336,7 +344,7 @@ TokenLogprob token_logprobs(const std::vector<float> & logits, int32_t tok, int3
 }  // namespace
 
 GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & opts,
-                                const std::function<void(int32_t)> & on_token) {
+                                const std::function<bool(int32_t)> & on_token) {
     if (opts.max_tokens < 1) throw Error("engine", "max tokens must be at least 1");
     GenerateResult r;
     r.n_query = int64_t(query.size());
@@ -367,7 +375,10 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
         }
         r.tokens.push_back(tok);
         if (opts.n_logprobs > 0) r.logprobs.push_back(token_logprobs(logits, tok, opts.n_logprobs, ids));
-        if (on_token) on_token(tok);
+        if (on_token && !on_token(tok)) {
+            r.stop_reason = "caller";
+            break;
+        }
         if (i + 1 == max_tokens) break;
         eval(cache, &tok, 1, 1, logits.data());
         ++r.n_decoded;

@@ -1,0 +1,120 @@
+// kvlab serve MODEL [--host H] [--port P] [--api-key K] [--parallel N] [--kv-budget BYTES]
+// [--store DIR]: the HTTP server (src/server). Stops cleanly on SIGINT / SIGTERM.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "common.h"
+#include "kvlab/error.h"
+#include "kvlab/sys.h"
+#include "server/server.h"
+
+namespace kvlab::cli {
+
+namespace {
+
+struct ServeArgs {
+    server::ServerOptions o;
+    std::string model, attention = "kvlab", kv_budget = "1GiB";
+    int threads = 0, chunk = 512;
+};
+
+// "1073741824", "512MiB", "2GiB", "300MB": bytes.
+uint64_t parse_bytes(const std::string & s) {
+    size_t end = 0;
+    double v = 0;
+    try {
+        v = std::stod(s, &end);
+    } catch (const std::exception &) {
+        end = 0;
+    }
+    const std::string unit = s.substr(end);
+    const double mult = unit.empty() || unit == "B" ? 1
+                        : unit == "KiB"             ? 1024.0
+                        : unit == "MiB"             ? 1024.0 * 1024
+                        : unit == "GiB"             ? 1024.0 * 1024 * 1024
+                        : unit == "KB"              ? 1e3
+                        : unit == "MB"              ? 1e6
+                        : unit == "GB"              ? 1e9
+                                                    : -1;
+    if (end == 0 || mult < 0 || v <= 0)
+        throw Error("serve", "--kv-budget takes bytes (e.g. 1073741824, 512MiB, 2GiB), got '" + s + "'");
+    return uint64_t(v * mult);
+}
+
+int run_serve(ServeArgs & a) {
+    // SIGINT / SIGTERM are taken by one thread that stops the server (no work in a handler)
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    a.o.kv_budget = parse_bytes(a.kv_budget);
+    Loaded l = load(a.model, a.threads);
+    a.o.threads = l.model->n_threads();
+    a.o.engine = EngineOptions{a.chunk, parse_attention_kernel(a.attention)};
+    a.o.model_id = std::filesystem::path(l.path).stem().string();
+    if (a.o.store_dir.empty()) a.o.store_dir = cache_dir() + "/contexts";
+    server::Server srv(*l.model, *l.tok, a.o);
+    const int port = srv.bind();
+    std::thread stopper([&srv, sigs] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        std::fprintf(stderr, "[serve] signal %d: stopping\n", sig);
+        srv.stop();
+    });
+    std::fprintf(stderr,
+                 "[serve] model %s | %d slot(s) x %d thread(s) | KV budget %s | store %s\n"
+                 "[serve] listening on http://%s:%d%s\n",
+                 a.o.model_id.c_str(), a.o.parallel, std::max(1, a.o.threads / a.o.parallel),
+                 human_bytes(a.o.kv_budget).c_str(), a.o.store_dir.c_str(), a.o.host.c_str(), port,
+                 a.o.api_key.empty() ? "" : " (API key required)");
+    std::fflush(stderr);
+    srv.listen();
+    pthread_kill(stopper.native_handle(), SIGTERM);  // wakes the stopper when listen ended otherwise
+    stopper.join();
+    return 0;
+}
+
+const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
+    auto * cmd = app.add_subcommand(
+        "serve",
+        "HTTP server: OpenAI-compatible completions, stored compressed contexts (/v1/contexts), /metrics, "
+        "a web page at /");
+    auto a = std::make_shared<ServeArgs>();
+    add_model_arg(cmd, a->model);
+    cmd->add_option("--host", a->o.host, "address to listen on (default localhost only)")->capture_default_str();
+    cmd->add_option("--port", a->o.port, "port (0: any free one, printed)")->capture_default_str();
+    cmd->add_option("--api-key", a->o.api_key, "require 'Authorization: Bearer KEY' (except on / and /health)");
+    cmd->add_option("--parallel", a->o.parallel, "requests computed at the same time (slots)")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    cmd->add_option("--queue", a->o.queue, "requests that may wait for a slot; more get 503")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--queue-timeout", a->o.queue_timeout_s, "seconds a request may wait for a slot")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    cmd->add_option("--kv-budget", a->kv_budget,
+                    "resident bytes of the stored contexts' KV rows; least recently used ones are dropped from "
+                    "memory and reloaded from their files")
+        ->capture_default_str();
+    cmd->add_option("--store", a->o.store_dir,
+                    "folder of the stored contexts' cache files (default ~/.cache/kvlab/contexts)");
+    cmd->add_option("--max-body", a->o.max_body, "largest request body in bytes; larger get 413")
+        ->capture_default_str();
+    cmd->add_option("--timeout", a->o.io_timeout_s, "socket read / write timeout in seconds")->capture_default_str();
+    add_threads_option(cmd, a->threads);
+    add_chunk_option(cmd, a->chunk);
+    add_attention_option(cmd, a->attention);
+    cmd->callback([&rc, a] { rc = run_serve(*a); });
+});
+
+}  // namespace
+
+}  // namespace kvlab::cli
