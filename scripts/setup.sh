@@ -14,7 +14,7 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 options=()
 if [ ${#tests[@]} -gt 0 ]; then
-  options=(-DKVLAB_BUILD_TESTS=ON)
+  options=(-DKVLAB_BUILD_TESTS=ON -DKVLAB_TEST_PYTHON="$(bash "$root/scripts/test-venv.sh")")
 elif [ ! -f "$build/build.ninja" ]; then
   options=(-DKVLAB_BUILD_TESTS=OFF)
 fi
