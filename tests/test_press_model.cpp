@@ -17,6 +17,7 @@
 #include "kvlab/engine.h"
 #include "kvlab/error.h"
 #include "kvlab/press.h"
+#include "kvlab/session.h"
 #include "kvlab/text.h"
 #include "press/method.h"
 #include "press/policy.h"
@@ -68,14 +69,15 @@ protected:
         if (q_all) both.add(&capture);
         e.prefill(cache, context(), nullptr, nullptr, both.get());
     }
-    // The context prefilled and compressed by `method`; reserve rows per segment.
+    // The context prefilled and compressed by `method` (through the context session, which
+    // also runs the scoring passes of methods that have them); reserve rows per segment.
     static KvStore compressed(const std::string & method, const Budget & b, const ParamMap & params = {},
                               int64_t reserve = 48) {
-        auto press = make_press(method, params, *model_);
-        KvStore cache = new_cache();
-        prefill(cache, press->observer(cache, k_L));
-        compress(*press, cache, b, reserve);
-        return cache;
+        static const Tokenizer tok(model_->path());
+        Engine e(*model_, EngineOptions{k_chunk});
+        ContextSession s(e, {{method, params}}, SessionOptions{reserve, 0, &tok});
+        s.prefill(context());
+        return std::move(s.compress(0, b).cache);
     }
 
     static inline test::TinyModel * tiny_ = nullptr;

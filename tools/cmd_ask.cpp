@@ -142,7 +142,7 @@ private:
     void answer_from_one_context(const std::vector<int32_t> & context, size_t q0, size_t q1) {
         int64_t max_query = 0;
         for (size_t qi = q0; qi < q1; ++qi) max_query = std::max<int64_t>(max_query, int64_t(queries_[qi].query.size()));
-        ContextSession s(*engine_, methods_, SessionOptions{max_query, a_.max_tokens});
+        ContextSession s(*engine_, methods_, SessionOptions{max_query, a_.max_tokens, l_.tok.get()});
         if (!methods_.empty()) method_params_ = s.press(0).params();
         log("[prefill]  %zu context tokens ...\n", context.size());
         s.prefill(context);

@@ -81,11 +81,11 @@ void dump_plan(const std::string & dir, const MethodRequest & m, const KvStore &
     if (!os.flush()) throw Error("bench-methods", "cannot write " + path);
 }
 
-Measurements measure(const BenchMethodsArgs & a, Engine & engine, const std::vector<MethodRequest> & methods,
-                     const std::vector<int32_t> & toks) {
+Measurements measure(const BenchMethodsArgs & a, Engine & engine, const Tokenizer & tok,
+                     const std::vector<MethodRequest> & methods, const std::vector<int32_t> & toks) {
     const Budget budget = Budget::from_ratio(a.ratio);
     // one query token, then n_decode single-token steps: the decode speed of a cache
-    const SessionOptions so{1, a.n_decode + 1};
+    const SessionOptions so{1, a.n_decode + 1, &tok};
     const ContextSession validate(engine, methods, so);  // names a bad method before the long run
     GenerateOptions go;
     go.max_tokens = a.n_decode + 1;
@@ -180,7 +180,7 @@ int run_bench_methods(const BenchMethodsArgs & a) {
         methods.push_back({n, apply_preset(a.preset, n, params.count(n) ? params.at(n) : ParamMap{})});
     const std::vector<int32_t> toks = bench_tokens(a, l);
     Engine engine(*l.model, EngineOptions{a.chunk});
-    const Measurements m = measure(a, engine, methods, toks);
+    const Measurements m = measure(a, engine, *l.tok, methods, toks);
     if (!a.json) {
         print_table(a, methods, m);
         return 0;

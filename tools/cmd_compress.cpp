@@ -38,7 +38,7 @@ int run_compress(const CompressArgs & a) {
     Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
 
     // No reserve: a cache file holds rows only; its reader sizes the reserve it needs.
-    ContextSession s(engine, methods, SessionOptions{0, 0});
+    ContextSession s(engine, methods, SessionOptions{0, 0, l.tok.get()});
     if (!a.json) std::fprintf(stderr, "[prefill]  %zu context tokens ...\n", context.size());
     s.prefill(context);
     const PrefillStats & ps = s.prefill_stats();

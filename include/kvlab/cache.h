@@ -82,6 +82,8 @@ public:
     // K or V rows of segment (il, h) as float32, [n_rows][head_dim].
     std::vector<float> read_k(int il, int h) const;
     std::vector<float> read_v(int il, int h) const;
+    // Rows [row0, row0 + n) of segment (il, h)'s K as float32, [n][head_dim].
+    std::vector<float> read_k(int il, int h, int64_t row0, int64_t n) const;
 
     // The held rows of segment (il, h) in their stored F16 form: K (value=false) or V,
     // n_rows(il, h) x head_dim halves. write_rows() overwrites them.

@@ -18,6 +18,7 @@
 #include "kvlab/cache.h"
 #include "kvlab/model.h"
 #include "kvlab/observer.h"
+#include "kvlab/text.h"
 
 namespace kvlab {
 
@@ -54,6 +55,14 @@ struct MethodInfo {
     std::string kvpress_differs;
 };
 
+// Extra tokens a method has the engine prefill on top of the prefilled context (KVzip's
+// repeat prompts), one pass after another: their queries go to the observer, and their
+// rows are removed again (KvStore::rollback) before anything else sees the cache.
+struct ScoringPass {
+    std::vector<int32_t> tokens;
+    const QueryObserver * observer = nullptr;  // owned by the press; its `first` is 0
+};
+
 // The parameters of `method` under a preset: "" (kvlab's defaults: `params` as given) or
 // "kvpress" (the method's kvpress_params, then `params` over them). Throws for another name.
 ParamMap apply_preset(const std::string & preset, const std::string & method, const ParamMap & params);
@@ -69,8 +78,18 @@ public:
     // end). Returns the observer to pass to Engine::prefill, or nullptr when the method
     // scores from the cache alone. The cache must outlive the prefill.
     virtual const QueryObserver * observer(KvStore & cache, int64_t L) { return nullptr; }
-    // Seconds spent inside the observer during prefill (scoring work done on the fly).
+    // Whether the method runs passes of its own on top of the context (needs a tokenizer).
+    virtual bool has_scoring_passes() const { return false; }
+    // The passes to run after the context's prefill, built
+    // from its tokens and the tokenizer's prompts; the store holds exactly the context.
+    virtual std::vector<ScoringPass> scoring_passes(const KvStore & cache, const std::vector<int32_t> & context,
+                                                    const Tokenizer & tok) {
+        return {};
+    }
+    // Seconds spent inside the observer during prefill (scoring work done on the fly), and
+    // in the scoring passes (add_scoring_seconds): the method's share of the compression time.
     double observe_seconds() const { return observe_s_; }
+    void add_scoring_seconds(double s) { observe_s_ += s; }
     // The rows to keep, per layer and head, for the budget. Throws for an impossible
     // budget (smaller than the rows the method always keeps).
     virtual KeepPlan plan(const KvStore & cache, const Budget & budget) = 0;

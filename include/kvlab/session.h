@@ -31,6 +31,7 @@ struct MethodRequest {
 struct SessionOptions {
     int64_t max_query_tokens = 0;   // the longest query fed on top of a prepared cache
     int64_t max_answer_tokens = 0;  // the most tokens an answer may take
+    const Tokenizer * tok = nullptr;  // the prompts of methods with scoring passes (kvzip)
 };
 
 // The reserve policy: every prepared cache (full or compressed) keeps room for the longest

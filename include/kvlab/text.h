@@ -50,6 +50,10 @@ public:
     SplitPrompt context_chat(const std::vector<ChatMessage> & before, const std::string & context,
                              const std::vector<ChatMessage> & messages) const;
 
+    // The tokens that close a user turn and open the assistant's (with a chat template, what
+    // it puts after a user message's content; without, "\n").
+    std::vector<int32_t> user_turn_suffix() const;
+
     int32_t n_vocab() const;
     int32_t bos() const;
     int32_t eos() const;

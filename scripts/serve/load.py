@@ -28,6 +28,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
+FACTS = [("Ada", 4821), ("Boris", 1377), ("Chen", 9054), ("Dana", 6612), ("Emil", 2209), ("Farah", 7345),
+         ("Goran", 5190), ("Hana", 3868)]
+CODES = [c for _, c in FACTS]
+
+
 def document(n_chars):
     """Real essays (data/haystack) with 8 facts at depths 0.05 .. 0.95; the questions."""
     files = sorted(f for f in os.listdir(os.path.join(ROOT, "data/haystack")) if f.endswith(".txt"))
@@ -38,8 +43,7 @@ def document(n_chars):
         if len(text) > n_chars:
             break
     text = text[:n_chars]
-    facts = [("Ada", 4821), ("Boris", 1377), ("Chen", 9054), ("Dana", 6612), ("Emil", 2209), ("Farah", 7345),
-             ("Goran", 5190), ("Hana", 3868)]
+    facts = FACTS
     out, last = [], 0
     for i, (name, code) in enumerate(facts):
         at = text.rfind(". ", 0, int(len(text) * (0.05 + 0.9 * i / (len(facts) - 1)))) + 2
@@ -104,6 +108,8 @@ def start(cmd, ready_re, log_path):
         if proc.poll() is not None:
             break
         time.sleep(0.1)
+    proc.kill()
+    proc.wait()
     with open(log_path) as f:
         raise RuntimeError("%s did not start:\n%s" % (cmd[0], f.read()[-3000:]))
 
@@ -194,8 +200,7 @@ def main():
                                                         "timings")},
                        "stored_ttft_s": statistics.median(s[0] for s in stored),
                        "answers": [s[2] for s in stored],
-                       "correct": sum(str(c) in s[2] for s, c in zip(stored, [4821, 1377, 9054, 6612, 2209, 7345,
-                                                                              5190, 3868]))}
+                       "correct": sum(str(c) in s[2] for s, c in zip(stored, CODES))}
             r[name]["ttft_fraction_of_fresh"] = r[name]["stored_ttft_s"] / r["fresh_ttft_s"]
             r[name]["load"] = load(url, [([{"role": "user", "content": q}], {"context": ctx["id"]})
                                          for q in questions], a.clients, a.seconds, proc.pid)
@@ -210,7 +215,7 @@ def main():
     # --- llama-server -------------------------------------------------------------------
     n_ctx = 8192 * a.parallel
     proc, _ = start([a.llama_server, "-m", a.model, "--port", "18093", "--host", "127.0.0.1", "-t", str(a.threads),
-                     "-c", str(n_ctx), "-np", str(a.parallel), "--no-webui"], r"server is listening|HTTP server listening",
+                     "-c", str(n_ctx), "-np", str(a.parallel), "--no-webui"], r"server is listening|listening on http",
                     work + "/llama.log")
     url = "http://127.0.0.1:18093"
     try:
@@ -225,10 +230,10 @@ def main():
         r["prompt_cache"]["ttft_fraction_of_fresh"] = r["prompt_cache"]["stored_ttft_s"] / r["fresh_ttft_s"]
         r["prompt_cache"]["load"] = load(url, [(full_prompt(q), None) for q in questions], a.clients, a.seconds,
                                          proc.pid)
-        with open(work + "/llama.log") as f:
-            log = f.read()
-        m = re.findall(r"llama_kv_cache:.*?size =\s*([\d.]+) MiB", log)
-        r["kv_allocated_bytes"] = float(m[-1]) * 2**20 if m else None
+        # its F16 KV cache holds n_ctx rows per layer from the start: kvlab's bytes per full row x n_ctx
+        full = result["kvlab"]["full"]["context"]
+        r["kv_allocated_bytes"] = n_ctx * full["kv_bytes_full"] / full["tokens"]
+        r["prompt_cache"]["correct"] = sum(str(c) in t for t, c in zip(r["prompt_cache"]["answers"], CODES))
         result["llama_server"] = r
     finally:
         proc.terminate()
@@ -244,7 +249,7 @@ def main():
              k["compressed"]["ttft_fraction_of_fresh"]),
             ("llama-server, fresh prefill", l["fresh_ttft_s"], None, None, None, None),
             ("llama-server, prompt cache", l["prompt_cache"]["stored_ttft_s"], l["prompt_cache"]["load"],
-             l["kv_allocated_bytes"], None, l["prompt_cache"]["ttft_fraction_of_fresh"])]
+             l["kv_allocated_bytes"], l["prompt_cache"]["correct"], l["prompt_cache"]["ttft_fraction_of_fresh"])]
     print("| setting | TTFT (median) | / fresh | load p50 / p99 TTFT | req/s | errors | RSS max | KV bytes | correct |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, ttft, ld, kv, correct, frac in rows:

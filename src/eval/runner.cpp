@@ -74,7 +74,7 @@ private:
             cq[qi] = split_query(prompts[qi], cfg_.query_aware);
             max_query = std::max<int64_t>(max_query, int64_t(cq[qi].query.size()));
         }
-        ContextSession session(engine_, methods_, SessionOptions{max_query, cfg_.max_tokens});
+        ContextSession session(engine_, methods_, SessionOptions{max_query, cfg_.max_tokens, &tok_});
         const std::vector<int32_t> & ctx = cq[questions[0]].context;
         tick(s.id + ": prefill " + std::to_string(ctx.size()) + " tokens");
         try {

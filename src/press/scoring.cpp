@@ -159,6 +159,21 @@ std::vector<float> last_query_attention(const float * q, const float * k, int64_
     return p;
 }
 
+void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const float * k,
+                              int64_t n_fixed, int64_t n_rep, int group, int d, float * best) {
+    const float scale = 1.0f / std::sqrt(float(d));
+    std::vector<float> p(size_t(n_fixed + n_rep));
+    for (int64_t r = 0; r < n; ++r) {
+        const int64_t n_keys = n_fixed + std::min(n_rep, r0 + r + 1);
+        for (int g = 0; g < group; ++g) {
+            const float * qr = q + r * q_stride + int64_t(g) * d;
+            for (int64_t j = 0; j < n_keys; ++j) p[j] = dot(qr, k + j * d, d) * scale;
+            softmax(p.data(), n_keys);
+            for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], p[j]);
+        }
+    }
+}
+
 std::vector<float> negative_key_norms(const float * k, int64_t L, int d) {
     std::vector<float> s(static_cast<size_t>(L));
     for (int64_t j = 0; j < L; ++j) s[j] = -std::sqrt(dot(k + j * d, k + j * d, d));

@@ -36,6 +36,16 @@ void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_
 //   q: [d], k: [L][d]. Returns [L].
 std::vector<float> last_query_attention(const float * q, const float * k, int64_t L, int d);
 
+// KVzip: attention of n repeat-pass query rows to a restricted key set, max over the rows
+// and the group's query heads, accumulated into best[0 .. n_fixed) (best[j] = max(best[j], p)).
+//   q: row r's group of query heads at q[r * q_stride .. + group * d); row r is the repeat
+//      pass's token r0 + r
+//   k: [n_fixed + n_rep][d]: the fixed keys (sinks and the chunk's rows), every one
+//      visible to every row, then the repeat pass's own keys, row r seeing [0, r0 + r]
+// logits = q . k / sqrt(d) in fp32, softmax over the fixed keys and the visible repeat keys.
+void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const float * k,
+                              int64_t n_fixed, int64_t n_rep, int group, int d, float * best);
+
 // Knorm: -||k_j||_2 for each of L keys [L][d].
 std::vector<float> negative_key_norms(const float * k, int64_t L, int d);
 

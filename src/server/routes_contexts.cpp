@@ -95,7 +95,7 @@ void create_context(ServerState & s, const httplib::Request & req, httplib::Resp
                            std::to_string(n_ctx) + " (and questions need room after it)",
                        "text", "context_length_exceeded");
     const auto lease = s.slots->acquire();
-    ContextSession session(lease->engine(), methods, SessionOptions{0, 0});
+    ContextSession session(lease->engine(), methods, SessionOptions{0, 0, &s.tok});
     session.prefill(tokens);
     PreparedCache p = methods.empty() ? session.full() : session.compress(0, r.budget);
     const HParams & hp = s.model.hparams();

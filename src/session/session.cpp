@@ -1,6 +1,7 @@
 #include "kvlab/session.h"
 
 #include "kvlab/error.h"
+#include "kvlab/sys.h"
 
 namespace kvlab {
 
@@ -24,7 +25,11 @@ ContextSession::ContextSession(Engine & engine, const std::vector<MethodRequest>
     : engine_(engine), opts_(opts), reserve_(answer_reserve(opts)) {
     if (opts.max_query_tokens < 0 || opts.max_answer_tokens < 0)
         throw Error("session", "query and answer lengths cannot be negative");
-    for (const MethodRequest & m : methods) presses_.push_back(make_press(m.name, m.params, engine.model()));
+    for (const MethodRequest & m : methods) {
+        presses_.push_back(make_press(m.name, m.params, engine.model()));
+        if (presses_.back()->has_scoring_passes() && !opts.tok)
+            throw Error("session", m.name + " runs prompts of its own: the session needs the model's tokenizer");
+    }
 }
 
 void ContextSession::prefill(const std::vector<int32_t> & context) {
@@ -42,6 +47,23 @@ void ContextSession::prefill(const std::vector<int32_t> & context) {
     PrefillStats ps;
     engine_.prefill(*base, context, &ps, nullptr, observers.get());
     for (const auto & p : presses_) ps.seconds -= p->observe_seconds();  // the model's part
+    // The methods' own passes (KVzip's repeat prompts), each rolled back at once: the store
+    // holds exactly the context again after each. Their time is the method's.
+    for (auto & p : presses_) {
+        if (!p->has_scoring_passes()) continue;
+        const double t0 = now_seconds();
+        for (const ScoringPass & pass : p->scoring_passes(*base, context, *opts_.tok)) {
+            if (L + int64_t(pass.tokens.size()) > n_ctx)
+                throw Error("session", p->name() + "'s scoring pass needs " + std::to_string(pass.tokens.size()) +
+                                           " tokens after the context; the model's context is " +
+                                           std::to_string(n_ctx) + " tokens");
+            engine_.prefill(*base, pass.tokens, nullptr, nullptr, pass.observer);
+            base->rollback(int64_t(pass.tokens.size()));
+        }
+        p->add_scoring_seconds(now_seconds() - t0);
+    }
+    // the passes grew the store: back to exactly the context's rows
+    if (base->bytes() != engine_.new_cache(L).bytes()) base->fit(0);
     prefill_ = ps;
     base_ = std::move(base);
 }

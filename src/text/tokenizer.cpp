@@ -118,6 +118,15 @@ Tokenizer::SplitPrompt Tokenizer::context_chat(const std::vector<ChatMessage> & 
     return sp;
 }
 
+std::vector<int32_t> Tokenizer::user_turn_suffix() const {
+    if (!has_chat_template()) return encode("\n", false, false);
+    const std::string marker = "kvlab-user-turn-marker";
+    const std::string text = chat_text({{"user", marker}});
+    const size_t at = text.rfind(marker);
+    if (at == std::string::npos) throw Error("text", "the chat template did not keep a user message verbatim");
+    return encode(text.substr(at + marker.size()), false, true);
+}
+
 int32_t Tokenizer::n_vocab() const {
     return llama_vocab_n_tokens(vocab_);
 }
