@@ -124,7 +124,9 @@ TEST_F(CacheFile, ReloadedCachesAreBitIdentical) {
     s.prefill(context());
     for (const bool compressed : {true, false}) {
         const PreparedCache p = compressed ? s.compress(0, Budget::from_ratio(0.6)) : s.full();
-        if (compressed) ASSERT_FALSE(p.cache.layer_uniform(0) && p.cache.layer_uniform(1) && p.cache.layer_uniform(2));
+        if (compressed) {
+            ASSERT_FALSE(p.cache.layer_uniform(0) && p.cache.layer_uniform(1) && p.cache.layer_uniform(2));
+        }
         const std::string path = dir + "/c.kvc";
         const nlohmann::json info = {{"method", p.method}, {"note", "round trip"}};
         save_cache_file(path, model(), p.cache, {"some text", context(), info});

@@ -148,5 +148,37 @@ TEST_F(EvalRunner, QueryAwareCompressesContextAndQuestion) {
     }
 }
 
+TEST_F(EvalRunner, MultiTurnCompressesWithTheFirstQuestionAndAnswersAllFromOneCache) {
+    eval::RunConfig c = config(*dir_ + "/multi");
+    c.tasks = {"many_facts"};
+    c.task.lengths = {400};
+    c.methods = {{"snapkv", {{"window", "8"}}}, {"kvzip", {{"chunk", "128"}}}};
+    c.budgets = {{0.5, -1}};
+    c.multi_turn = true;
+    const auto rec = answers({eval::run(c, nullptr)});
+    ASSERT_EQ(rec.size(), 18u);  // six questions x (full, snapkv, kvzip), all from one prefill
+    eval::RunConfig agnostic = c;
+    agnostic.multi_turn = false;
+    agnostic.out_dir = *dir_ + "/multi-agnostic";
+    const auto ag = answers({eval::run(agnostic, nullptr)});
+    ASSERT_EQ(ag.size(), 18u);
+    bool snapkv_differs = false;
+    for (const auto & [k, r] : rec) {
+        EXPECT_TRUE(r["multi_turn"].get<bool>());
+        // the first question's rows are forgotten: the cache holds the context alone
+        EXPECT_EQ(r["context_tokens"], ag.at(k)["context_tokens"]) << k;
+        if (r["method"] == "none") {  // the same cache, the same answers
+            EXPECT_EQ(r["kv_used_bytes"], ag.at(k)["kv_used_bytes"]) << k;
+            EXPECT_EQ(r["answer"], ag.at(k)["answer"]) << k;
+        } else {  // at least the context's budget (rows of the question the method dropped go to the context)
+            EXPECT_GE(r["kv_used_bytes"].get<int64_t>(), ag.at(k)["kv_used_bytes"].get<int64_t>()) << k;
+        }
+        if (r["method"] == "snapkv") snapkv_differs = snapkv_differs || r["fidelity"] != ag.at(k)["fidelity"];
+    }
+    EXPECT_TRUE(snapkv_differs) << "snapkv's window held the first question";
+    const auto rows = eval::summarize(eval::read_records({*dir_ + "/multi/records-0-of-1.jsonl"}));
+    for (const auto & r : rows) EXPECT_EQ(r.n_later, 5) << r.method;  // questions 2..6 of the one sample
+}
+
 }  // namespace
 }  // namespace kvlab

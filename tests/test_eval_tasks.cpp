@@ -128,6 +128,7 @@ private:
 TEST_F(EvalTasks, NamesAndDescriptions) {
     const auto names = eval::task_names();
     const std::set<std::string> expected = {"niah",
+                                            "many_facts",
                                             "passkey",
                                             "ruler_niah_single",
                                             "ruler_niah_multikey",
@@ -179,6 +180,7 @@ uint64_t fnv1a(uint64_t h, const std::string & s) {
 
 TEST_F(EvalTasks, SamplesAreFrozen) {
     const std::map<std::string, uint64_t> want = {
+        {"many_facts", 0xa9adfb6b315ba916ull},
         {"niah", 0xd0e444e15e826ba8ull},
         {"passkey", 0x18db3b031391e4f5ull},
         {"ruler_cwe", 0xf46dfdda5c40dc82ull},
@@ -224,13 +226,15 @@ TEST_F(EvalTasks, AnswersInContextAndLengthFits) {
             EXPECT_EQ(s.meta["context_tokens"].get<int64_t>(), n);
             EXPECT_LE(n, target);
             EXPECT_GE(double(n), 0.8 * double(target));
-            ASSERT_EQ(s.questions.size(), 1u);
-            EXPECT_FALSE(s.questions[0].question.empty());
-            ASSERT_FALSE(s.questions[0].answers.empty());
+            ASSERT_EQ(s.questions.size(), t == "many_facts" ? 6u : 1u);
             const std::string ctx = lower(s.context);
-            for (const auto & a : s.questions[0].answers) {
-                EXPECT_FALSE(a.empty());
-                EXPECT_NE(ctx.find(lower(a)), std::string::npos) << a;
+            for (const auto & q : s.questions) {
+                EXPECT_FALSE(q.question.empty());
+                ASSERT_FALSE(q.answers.empty());
+                for (const auto & a : q.answers) {
+                    EXPECT_FALSE(a.empty());
+                    EXPECT_NE(ctx.find(lower(a)), std::string::npos) << a;
+                }
             }
             const int64_t off = s.meta["needle_offset"].get<int64_t>();
             if (t == "ruler_cwe" || t == "ruler_fwe") {

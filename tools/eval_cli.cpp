@@ -105,6 +105,10 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
     over(add_preset_option(cmd, f.preset), [a](eval::RunConfig & c) { c.preset = a->flags.preset; });
     over(cmd->add_flag("--query-aware", a->query_aware, "append each question to the context before compressing"),
          [](eval::RunConfig & c) { c.query_aware = true; });
+    over(cmd->add_flag("--multi-turn", a->multi_turn,
+                       "compress with each sample's first question in the context, then answer every question "
+                       "from that one cache (KVzip's multi-query setting; the report splits q1 from later ones)"),
+         [](eval::RunConfig & c) { c.multi_turn = true; });
     over(cmd->add_option("-n,--max-tokens", f.max_tokens, "most tokens per answer")->check(CLI::PositiveNumber),
          [a](eval::RunConfig & c) { c.max_tokens = a->flags.max_tokens; });
     over(add_threads_option(cmd, f.threads), [a](eval::RunConfig & c) { c.threads = a->flags.threads; });

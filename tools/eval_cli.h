@@ -18,7 +18,7 @@ struct EvalArgs {
     std::vector<double> ratios;
     std::vector<int64_t> budgets;
     std::string shard;
-    bool query_aware = false, no_report = false;
+    bool query_aware = false, multi_turn = false, no_report = false;
     // the options given on the command line, each with how it overrides a configuration
     std::vector<std::pair<CLI::Option *, std::function<void(eval::RunConfig &)>>> overrides;
 };

@@ -75,6 +75,10 @@ public:
     // reallocates so that each segment holds exactly its kept rows plus `reserve` rows:
     // the memory of dropped rows is freed.
     void compact(const KeepPlan & keep, int64_t reserve);
+    // Drops every row at position >= pos and continues at pos: the prompt a cache was
+    // compressed with (a query-aware method's question) forgotten, its choice of rows kept.
+    // Segments are reallocated to their rows plus `reserve`.
+    void truncate(int32_t pos, int64_t reserve);
     // Keeps every row and reallocates each segment to its rows plus `reserve` (the full
     // cache with the same reserve a compressed one gets).
     void fit(int64_t reserve);

@@ -205,6 +205,19 @@ void KvStore::rollback(int64_t n) {
     next_pos_ -= int32_t(n);
 }
 
+void KvStore::truncate(int32_t pos, int64_t reserve) {
+    if (pos < 0 || pos > next_pos_) throw Error("cache", "truncate: position " + std::to_string(pos) + " out of range");
+    KeepPlan keep(layers_.size());
+    for (size_t il = 0; il < layers_.size(); ++il)
+        for (const auto & p : layers_[il].pos) {
+            std::vector<int32_t> rows;
+            for (size_t j = 0; j < p.size() && p[j] < pos; ++j) rows.push_back(int32_t(j));
+            keep[il].push_back(std::move(rows));
+        }
+    compact(keep, reserve);
+    next_pos_ = pos;
+}
+
 void KvStore::fit(int64_t reserve) {
     KeepPlan all(layers_.size());
     for (size_t il = 0; il < layers_.size(); ++il)

@@ -36,6 +36,7 @@ nlohmann::json RunConfig::to_json() const {
             {"preset", preset},
             {"budgets", budgets_j},
             {"query_aware", query_aware},
+            {"multi_turn", multi_turn},
             {"max_tokens", max_tokens},
             {"threads", threads},
             {"chunk", chunk},
@@ -49,7 +50,7 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
     if (!j.is_object()) throw Error("eval", "an experiment is a JSON object");
     static const std::set<std::string> known = {
         "model",       "preset",     "tasks",      "lengths", "depths", "samples",   "seed",    "haystack", "methods", "budgets",
-        "query_aware", "max_tokens", "threads", "chunk",  "attention", "out_dir", "shard",    "n_shards"};
+        "query_aware", "multi_turn", "max_tokens", "threads", "chunk",  "attention", "out_dir", "shard",    "n_shards"};
     for (const auto & [k, v] : j.items())
         if (!known.count(k)) throw Error("eval", "unknown experiment key '" + k + "'");
     RunConfig c;
@@ -86,6 +87,7 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
                 c.budgets.push_back(bc);
             }
         if (j.contains("query_aware")) c.query_aware = j["query_aware"].get<bool>();
+        if (j.contains("multi_turn")) c.multi_turn = j["multi_turn"].get<bool>();
         if (j.contains("preset")) c.preset = j["preset"].get<std::string>();
         if (j.contains("max_tokens")) c.max_tokens = j["max_tokens"].get<int>();
         if (j.contains("threads")) c.threads = j["threads"].get<int>();

@@ -29,6 +29,7 @@ nlohmann::json answer_record(const AnswerFacts & f) {
             {"achieved_ratio", achieved_ratio(cache, f.context_tokens)},
             {"params", f.method_params},
             {"query_aware", f.query_aware},
+            {"multi_turn", f.multi_turn},
             {"metric", s.metric},
             {"score", score(s.metric, f.text, q.answers)},
             {"answer", f.text},

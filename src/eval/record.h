@@ -16,6 +16,7 @@ struct AnswerFacts {
     const PreparedCache * prepared = nullptr;
     nlohmann::json method_params;  // resolved parameters ({} for the full cache)
     bool query_aware = false;
+    bool multi_turn = false;
     int64_t context_tokens = 0;
     double prefill_s = 0.0;
     const GenerateResult * result = nullptr;

@@ -83,6 +83,9 @@ const std::vector<Column> & columns() {
         {"ratio", true, [](const SummaryRow & r) { return fmt("%.3f", r.ratio); }},
         {"n", true, [](const SummaryRow & r) { return std::to_string(r.n); }},
         {"score", true, [](const SummaryRow & r) { return fmt("%.3f", r.score); }},
+        {"score q1", true, [](const SummaryRow & r) { return fmt("%.3f", r.score_first); }},
+        {"score later q", true,
+         [](const SummaryRow & r) { return std::isfinite(r.score_later) ? fmt("%.3f", r.score_later) : std::string("–"); }},
         {"KL", true, [](const SummaryRow & r) { return fmt("%.4g", r.kl); }},
         {"top-1", true, [](const SummaryRow & r) { return fmt("%.3f", r.top1); }},
         {"identical", true, [](const SummaryRow & r) { return fmt("%.3f", r.identical); }},
@@ -362,7 +365,7 @@ std::string line_plot(const std::vector<SummaryRow> & rows, const std::string & 
 std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
     struct Group {
         SummaryRow row;
-        Mean ratio, score, kl, top1, identical, kv, ttft, tps, compress;
+        Mean ratio, score, kl, top1, identical, kv, ttft, tps, compress, first, later;
     };
     std::map<std::pair<std::string, std::string>, Group> groups;
     for (const json & rec : answer_records) {
@@ -378,6 +381,8 @@ std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
         if (!std::isfinite(ratio)) ratio = number(rec, "ratio");
         g.ratio.add(ratio);
         g.score.add(number(rec, "score"));
+        (number(rec, "question_index") > 0 ? g.later : g.first).add(number(rec, "score"));
+        g.row.n_later += number(rec, "question_index") > 0;
         static const json empty = json::object();
         const json * fid = field(rec, "fidelity");
         const json & f = fid ? *fid : empty;
@@ -401,6 +406,8 @@ std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
         r.ttft_s = g.ttft.get();
         r.decode_tps = g.tps.get();
         r.compress_s = g.compress.get();
+        r.score_first = g.first.get();
+        r.score_later = r.n_later > 0 ? g.later.get() : NAN;
         rows.push_back(std::move(r));
     }
     std::stable_sort(rows.begin(), rows.end(), [](const SummaryRow & a, const SummaryRow & b) {

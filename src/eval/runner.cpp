@@ -54,7 +54,11 @@ public:
                 }
             }
         if (n_todo == 0) return;
-        if (cfg_.query_aware) {
+        if (cfg_.multi_turn) {  // one compression with the first question, every question from it
+            std::vector<size_t> all(nq);
+            for (size_t qi = 0; qi < nq; ++qi) all[qi] = qi;
+            run_context(s, prompts, all, wanted);
+        } else if (cfg_.query_aware) {
             for (size_t qi = 0; qi < nq; ++qi) run_context(s, prompts, {qi}, wanted);
         } else {
             std::vector<size_t> all(nq);
@@ -71,11 +75,14 @@ private:
         std::vector<ContextQuery> cq(prompts.size());
         int64_t max_query = 0;
         for (size_t qi : questions) {
-            cq[qi] = split_query(prompts[qi], cfg_.query_aware);
+            cq[qi] = split_query(prompts[qi], cfg_.query_aware && !cfg_.multi_turn);
             max_query = std::max<int64_t>(max_query, int64_t(cq[qi].query.size()));
         }
         ContextSession session(engine_, methods_, SessionOptions{max_query, cfg_.max_tokens, &tok_});
-        const std::vector<int32_t> & ctx = cq[questions[0]].context;
+        // multi-turn: the first question joins the context for compression, then is forgotten
+        const int32_t n_context = int32_t(cq[questions[0]].context.size());
+        const std::vector<int32_t> ctx =
+            cfg_.multi_turn ? split_query(prompts[questions[0]], true).context : cq[questions[0]].context;
         tick(s.id + ": prefill " + std::to_string(ctx.size()) + " tokens");
         try {
             session.prefill(ctx);
@@ -92,8 +99,14 @@ private:
                 if (ec.is_full() || wanted[c][qi]) qs.push_back(qi);
             if (qs.empty()) continue;
             reset_peak_rss();
-            const PreparedCache p =
-                ec.is_full() ? session.full() : session.compress(size_t(ec.method_index), ec.budget.budget());
+            // multi-turn: the budget counts context rows; the first question's rows come on top
+            // (the method may keep them, they are dropped after): B(context) + |question|
+            const auto budget = [&] {
+                const Budget b = ec.budget.budget();
+                return cfg_.multi_turn ? Budget::from_tokens(b.per_layer(n_context) + int64_t(ctx.size()) - n_context) : b;
+            };
+            PreparedCache p = ec.is_full() ? session.full() : session.compress(size_t(ec.method_index), budget());
+            if (cfg_.multi_turn) p.cache.truncate(n_context, session.reserve());
             for (size_t qi : qs) {
                 const std::vector<int32_t> & query = cq[qi].query;
                 const GenerateResult r = session.answer(p.cache, query, go_);
@@ -110,8 +123,9 @@ private:
                 f.prepared = &p;
                 f.method_params =
                     ec.is_full() ? nlohmann::json::object() : session.press(size_t(ec.method_index)).params();
-                f.query_aware = cfg_.query_aware;
-                f.context_tokens = session.context_tokens();
+                f.query_aware = cfg_.query_aware || cfg_.multi_turn;
+                f.multi_turn = cfg_.multi_turn;
+                f.context_tokens = cfg_.multi_turn ? n_context : session.context_tokens();
                 f.prefill_s = session.prefill_stats().seconds;
                 f.result = &r;
                 f.text = tok_.decode(r.tokens);

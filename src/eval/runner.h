@@ -37,6 +37,9 @@ struct RunConfig {
     std::string preset;                 // "" (kvlab's defaults) or "kvpress" (see apply_preset)
     std::vector<BudgetConfig> budgets;
     bool query_aware = false;
+    // KVzip's multi-query setting: compress with the sample's FIRST question in the context
+    // (query-aware), forget that question's rows, answer every question from the one cache
+    bool multi_turn = false;
     int max_tokens = 32;
     int threads = 0;  // 0: every CPU that other work leaves idle
     int chunk = 512;
