@@ -168,7 +168,7 @@ void write_report(const std::vector<std::string> & files, const std::string & di
         os << text;
         if (!os.flush()) throw Error("report", "cannot write " + p.string());
     };
-    const std::string md = eval::markdown_table(rows);
+    const std::string md = eval::markdown_table(rows) + "\n" + eval::best_per_ratio(rows);
     put("summary.md", md);
     put("score_vs_ratio.svg", eval::svg_score_vs_ratio(rows));
     put("kl_vs_ratio.svg", eval::svg_kl_vs_ratio(rows));

@@ -345,8 +345,8 @@ std::string line_plot(const std::vector<SummaryRow> & rows, const std::string & 
               nice_axis(ymin, ymax, true));
     size_t color = 0;
     for (const auto & [method, group] : by_method(rows)) {
-        if (method == "none") {
-            plot.reference("none (full cache)", group.front()->*value);
+        if (method.rfind("none", 0) == 0) {  // the full cache (of any run): a reference line
+            if (method == "none") plot.reference("none (full cache)", group.front()->*value);
             continue;
         }
         Series s{method, method_color(color++), {}};
@@ -371,7 +371,13 @@ std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
     for (const json & rec : answer_records) {
         if (!rec.is_object()) continue;
         if (field(rec, "kind") && text(rec, "kind", "") != "answer") continue;
-        const std::string method = text(rec, "method", "?");
+        // query-aware runs are their own rows: "snapkv (query-aware)", "snapkv (multi-turn)"
+        const json * qa = field(rec, "query_aware");
+        const json * mt = field(rec, "multi_turn");
+        const std::string method = text(rec, "method", "?") + (mt && mt->is_boolean() && mt->get<bool>() ? " (multi-turn)"
+                                                               : qa && qa->is_boolean() && qa->get<bool>()
+                                                                   ? " (query-aware)"
+                                                                   : "");
         const std::string budget = text(rec, "budget_label", method == "none" ? "full" : "?");
         Group & g = groups[{method, budget}];
         g.row.method = method;
@@ -418,6 +424,24 @@ std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
         return a.budget < b.budget;
     });
     return rows;
+}
+
+std::string best_per_ratio(const std::vector<SummaryRow> & rows) {
+    std::map<std::string, const SummaryRow *> best;  // budget label -> best row
+    for (const SummaryRow & r : rows) {
+        if (r.method.rfind("none", 0) == 0) continue;
+        const SummaryRow *& b = best[r.budget];
+        if (!b || r.score > b->score || (r.score == b->score && r.kl < b->kl)) b = &r;
+    }
+    const SummaryRow * full = nullptr;
+    for (const SummaryRow & r : rows)
+        if (r.method == "none") full = &r;
+    std::string out;
+    for (const auto & [budget, r] : best)
+        out += "- best at " + budget + ": " + r->method + " (score " + fmt("%.3f", r->score) +
+               (full ? " vs " + fmt("%.3f", full->score) + " for the full cache" : std::string()) + ", KL " +
+               fmt("%.4g", r->kl) + ")\n";
+    return out;
 }
 
 std::string markdown_table(const std::vector<SummaryRow> & rows) {
@@ -469,6 +493,7 @@ std::string svg_memory_vs_ttft(const std::vector<SummaryRow> & rows) {
               nice_axis(0.0, bmax / unit, true));
     size_t color = 0;
     for (const auto & [method, group] : by_method(rows)) {
+        if (method.rfind("none ", 0) == 0) continue;  // another run's full cache: drawn once
         const bool full = method == "none";
         Series s{full ? "none (full cache)" : method, full ? kFullColor : method_color(color++), {}};
         for (const SummaryRow * r : group) s.points.push_back({r->ttft_s, r->kv_bytes / unit, r->budget});

@@ -24,6 +24,8 @@ struct SummaryRow {
 };
 std::vector<SummaryRow> summarize(const std::vector<nlohmann::json> & answer_records);
 std::string markdown_table(const std::vector<SummaryRow> & rows);
+// One line per budget: the method with the best mean score there (ties: the lower KL).
+std::string best_per_ratio(const std::vector<SummaryRow> & rows);
 
 // SVG line plots: score against compression ratio (one line per method), KL against ratio,
 // and a scatter of KV allocated bytes against TTFT.
