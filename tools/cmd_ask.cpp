@@ -100,14 +100,20 @@ private:
         // The query tokens first (the reserve depends on them), from the file's own prompt.
         const nlohmann::json meta = read_cache_file_meta(a_.cache);
         const nlohmann::json ctx = meta.value("context", nlohmann::json::object());
-        const std::string system = ctx.value("system", std::string());
+        // the messages before the context: "before" (files the server made), else "system" (compress)
+        std::vector<ChatMessage> prior = before(ctx.value("system", std::string()));
+        if (ctx.contains("before") && ctx["before"].is_array()) {
+            prior.clear();
+            for (const auto & m : ctx["before"])
+                if (m.is_object()) prior.push_back({m.value("role", ""), m.value("content", "")});
+        }
         reset_peak_rss();
         LoadedCacheFile f = load_cache_file(a_.cache, *l_.model, 0);
         if (f.content.text.empty())
             throw Error("ask", a_.cache + " was made from token ids, not text: its questions cannot be templated");
         int64_t max_query = 0;
         for (const std::string & q : a_.questions) {
-            const Tokenizer::SplitPrompt sp = l_.tok->context_chat(before(system), f.content.text, {{"user", q}});
+            const Tokenizer::SplitPrompt sp = l_.tok->context_chat(prior, f.content.text, {{"user", q}});
             if (sp.context != f.content.tokens)
                 throw Error("ask", a_.cache + ": this tokenizer does not reproduce the file's context tokens");
             queries_.push_back({sp.context, sp.query});

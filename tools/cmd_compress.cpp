@@ -49,6 +49,8 @@ int run_compress(const CompressArgs & a) {
         {"budget", nullptr},
         {"preset", a.preset},
         {"system", a.system},
+        {"before", a.system.empty() ? nlohmann::json::array()
+                                    : nlohmann::json::array({{{"role", "system"}, {"content", a.system}}})},
         {"context_file", a.context_file},
         {"context_tokens", ps.n_tokens},
         {"prefill_s", ps.seconds},
