@@ -3,9 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 
+#include "ggml-cpp.h"
+#include "gguf.h"
 #include "kvlab/engine.h"
+#include "kvlab/text.h"
 #include "kvlab/error.h"
 #include "support/fixtures.h"
 #include "support/tiny_gguf.h"
@@ -44,6 +48,31 @@ protected:
         const size_t val = b.find("llama", at + key.size());
         b.replace(val, 5, "mamba");
         return write("mamba.gguf", b);
+    }
+    // The tiny model with one token of its vocabulary written twice (libllama's loader
+    // asserts on it: an abort before kvlab checked the table).
+    // The tiny model with one token of its vocabulary written twice (libllama's loader
+    // asserts on it: an abort before kvlab checked the table): token i + 1's bytes replaced
+    // by token i's, two neighbours of the same length, in the file's token array.
+    std::string duplicate_token(size_t * at) {
+        gguf_context_ptr g(gguf_init_from_file(good_.c_str(), {/*no_alloc=*/true, nullptr}));
+        const int64_t k = gguf_find_key(g.get(), "tokenizer.ggml.tokens");
+        std::string b = file_bytes(good_);
+        for (size_t i = 300; i + 1 < gguf_get_arr_n(g.get(), k); ++i) {
+            const std::string x = gguf_get_arr_str(g.get(), k, i), y = gguf_get_arr_str(g.get(), k, i + 1);
+            if (x.size() != y.size()) continue;
+            std::string pair(8, '\0');
+            const uint64_t n = x.size();
+            std::memcpy(pair.data(), &n, 8);
+            pair = pair + x + pair + y;
+            const size_t pos = b.find(pair);
+            if (pos == std::string::npos) continue;
+            b.replace(pos + 16 + n, n, x);
+            *at = i;
+            return write("duplicate-token.gguf", b);
+        }
+        ADD_FAILURE() << "no two neighbouring tokens of the same length";
+        return good_;
     }
     // Loading must throw kvlab::Error with every fragment in its message.
     void expect_load_error(const std::string & path, const std::vector<std::string> & fragments) {
@@ -92,6 +121,15 @@ TEST_F(BadInput, UnsupportedArchitecture) {
     const auto p = unsupported_arch();
     expect_load_error(p, {"unsupported architecture 'mamba'", "llama"});
     expect_cli_error("info " + p, {"unsupported architecture 'mamba'"});
+}
+
+TEST_F(BadInput, DuplicateTokenInTheVocabulary) {
+    size_t i = 0;
+    const auto p = duplicate_token(&i);
+    const std::string ids = "twice (ids " + std::to_string(i) + " and " + std::to_string(i + 1) + ")";
+    EXPECT_THROW(Tokenizer{p}, Error);
+    expect_cli_error("info " + p, {"tokenizer.ggml.tokens has token", ids});
+    expect_cli_error("generate " + p + " --prompt hi", {ids});
 }
 
 TEST_F(BadInput, PromptLongerThanTheContext) {

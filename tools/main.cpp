@@ -1,12 +1,26 @@
 // kvlab: prefill a context once, compress its KV cache, answer many queries from copies,
 // and measure what each method costs and keeps.
 #include <cstdio>
+#include <cstdlib>
 
 #include "command.h"
+#include "ggml.h"
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
 
+namespace {
+// The last resort: an assertion inside ggml or libllama that kvlab's own checks did not
+// catch first ends the process with one line (and exit code 1), not a debugger's backtrace.
+void on_ggml_abort(const char * message) {
+    std::fprintf(stderr, "kvlab: error: [ggml] internal check failed: %s (a malformed input file, or a bug)\n",
+                 message);
+    std::fflush(stderr);
+    std::_Exit(1);
+}
+}  // namespace
+
 int main(int argc, char ** argv) {
+    ggml_set_abort_callback(on_ggml_abort);
     CLI::App app{"kvlab " + kvlab::kvlab_version() +
                  ": a KV-cache reuse and compression engine and laboratory for GGUF models.\n"
                  "MODEL is a short name (see `kvlab models`; fetched with pip on first use) or a .gguf path."};

@@ -1,4 +1,8 @@
 #include <algorithm>
+#include <unordered_map>
+
+#include "ggml-cpp.h"
+#include "gguf.h"
 
 #include "kvlab/error.h"
 #include "kvlab/log.h"
@@ -7,8 +11,40 @@
 
 namespace kvlab {
 
+namespace {
+
+// What libllama's vocabulary loader asserts on (GGML_ASSERT: an abort, not an error), checked
+// first: a token table of strings, no token twice, type and score tables of its length.
+void check_vocabulary(const std::string & path) {
+    gguf_init_params gp = {/*no_alloc=*/true, /*ctx=*/nullptr};
+    gguf_context_ptr g(gguf_init_from_file(path.c_str(), gp));
+    if (!g) throw Error("text", path + ": not a readable GGUF file");
+    const int64_t k = gguf_find_key(g.get(), "tokenizer.ggml.tokens");
+    if (k < 0) return;  // libllama reports a missing vocabulary itself
+    if (gguf_get_kv_type(g.get(), k) != GGUF_TYPE_ARRAY || gguf_get_arr_type(g.get(), k) != GGUF_TYPE_STRING)
+        throw Error("text", path + ": tokenizer.ggml.tokens is not an array of strings");
+    const size_t n = gguf_get_arr_n(g.get(), k);
+    std::unordered_map<std::string, size_t> seen;
+    seen.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+        const auto [it, fresh] = seen.emplace(gguf_get_arr_str(g.get(), k, i), i);
+        if (!fresh)
+            throw Error("text", path + ": tokenizer.ggml.tokens has token '" + it->first + "' twice (ids " +
+                                    std::to_string(it->second) + " and " + std::to_string(i) + ")");
+    }
+    for (const char * key : {"tokenizer.ggml.token_type", "tokenizer.ggml.scores"}) {
+        const int64_t t = gguf_find_key(g.get(), key);
+        if (t >= 0 && (gguf_get_kv_type(g.get(), t) != GGUF_TYPE_ARRAY || gguf_get_arr_n(g.get(), t) != n))
+            throw Error("text", path + ": " + key + " is not an array of " + std::to_string(n) +
+                                    " entries (one per token)");
+    }
+}
+
+}  // namespace
+
 Tokenizer::Tokenizer(const std::string & path) {
     init_backend_logging();
+    check_vocabulary(path);
     llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;
     model_.reset(llama_model_load_from_file(path.c_str(), mp));
