@@ -293,6 +293,19 @@ TEST(CacheFileCli, KilledWriterLeavesThePreviousFileAndAskAnswersFromIt) {
     ASSERT_TRUE(seen) << "the writer never created its temporary file";
     EXPECT_EQ(slurp(kvc), first) << "the previous file changed";
 
+    // a write that hits a file-size limit (a full disk, as far as the writer can tell): a clear
+    // error, the previous file intact, no temporary file left
+    const auto full = test::run_command("bash -c 'ulimit -f 2000; " + bin + " compress " + model + " --context-file " +
+                                        long_doc + " -t 2 -o " + kvc + "'");
+    EXPECT_EQ(full.exit_code, 1) << full.output;
+    EXPECT_NE(full.output.find("[cache-file] " + kvc + ": write failed: File too large"), std::string::npos)
+        << full.output;
+    EXPECT_EQ(slurp(kvc), first);
+    for (const auto & e : fs::directory_iterator(dir))
+        if (e.path().filename().string().rfind("doc.kvc.tmp-", 0) == 0 && e.path().filename().string().find(
+                std::to_string(pid)) == std::string::npos)
+            ADD_FAILURE() << "left behind: " << e.path();
+
     // answers from the file equal the in-memory flow's
     const std::string qs = " -q 'What is the secret code?' -q 'What is the text about?' -n 12 -t 2 --json";
     const auto from_file = test::run_command(bin + " ask " + model + " --cache " + kvc + qs + " 2>/dev/null");

@@ -1,5 +1,6 @@
 // kvlab: prefill a context once, compress its KV cache, answer many queries from copies,
 // and measure what each method costs and keeps.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
@@ -21,6 +22,9 @@ void on_ggml_abort(const char * message) {
 
 int main(int argc, char ** argv) {
     ggml_set_abort_callback(on_ggml_abort);
+    // a write past a file-size limit fails with EFBIG (an error naming the file) instead of
+    // killing the process with SIGXFSZ
+    std::signal(SIGXFSZ, SIG_IGN);
     CLI::App app{"kvlab " + kvlab::kvlab_version() +
                  ": a KV-cache reuse and compression engine and laboratory for GGUF models.\n"
                  "MODEL is a short name (see `kvlab models`; fetched with pip on first use) or a .gguf path."};
