@@ -2,15 +2,15 @@
 // through the library (exceptions) and through the kvlab command line (exit codes).
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "ggml-cpp.h"
 #include "gguf.h"
 #include "kvlab/engine.h"
-#include "kvlab/text.h"
 #include "kvlab/error.h"
+#include "kvlab/text.h"
 #include "support/fixtures.h"
 #include "support/tiny_gguf.h"
 

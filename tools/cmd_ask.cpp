@@ -223,7 +223,7 @@ private:
         j["params"] = {{"max_tokens", a_.max_tokens}, {"chunk_size", a_.chunk}, {"attention", a_.attention},
                        {"threads", l_.model->n_threads()},       {"stop_on_eog", !a_.no_stop}};
         j["provenance"] = provenance(*l_.model, *l_.tok);
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
 
     const AskArgs & a_;

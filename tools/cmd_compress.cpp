@@ -73,7 +73,7 @@ int run_compress(const CompressArgs & a) {
         j["file_bytes"] = written;
         j["kv_bytes"] = p.cache.used_bytes();
         j["write_s"] = write_s;
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         return 0;
     }
     std::fprintf(stderr, "[prefill]  %.3f s (%.1f tok/s)\n", ps.seconds, ps.tokens_per_second());

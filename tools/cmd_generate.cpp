@@ -80,7 +80,7 @@ int run_generate(const GenerateArgs & a) {
                        {"top_p", a.top_p},           {"seed", a.seed},           {"chunk_size", a.chunk},
                        {"attention", a.attention},   {"stop_on_eog", !a.no_stop}};
         j["provenance"] = provenance(*l.model, *l.tok);
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         return 0;
     }
     const MemInfo mi = mem_info();

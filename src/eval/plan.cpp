@@ -1,6 +1,8 @@
 #include "eval/plan.h"
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "eval/report.h"
 #include "kvlab/error.h"
@@ -15,6 +17,24 @@ int64_t RunPlan::n_answers() const {
     for (const Sample & s : mine) n += int64_t(s.questions.size() * configs.size());
     return n;
 }
+
+namespace {
+
+// A run killed while it wrote a record leaves a last line without its newline: that record
+// was not finished, so it goes (it is redone); every complete line stays.
+void drop_torn_record(const std::string & path) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+    if (bytes.empty() || bytes.back() == '\n') return;
+    const size_t keep = bytes.rfind('\n') == std::string::npos ? 0 : bytes.rfind('\n') + 1;
+    std::error_code ec;
+    fs::resize_file(path, keep, ec);
+    if (ec) throw Error("eval", "cannot drop the torn last record of " + path + ": " + ec.message());
+    std::fprintf(stderr, "[eval] %s: dropped a torn last record (%zu bytes; an interrupted write), it will be redone\n",
+                 path.c_str(), bytes.size() - keep);
+}
+
+}  // namespace
 
 RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & tok) {
     if (cfg.n_shards < 1 || cfg.shard < 0 || cfg.shard >= cfg.n_shards)
@@ -44,9 +64,10 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
     for (size_t i = 0; i < samples.size(); ++i)
         if (int(i % cfg.n_shards) == cfg.shard) plan.mine.push_back(samples[i]);
 
-    plan.out_path = (fs::path(cfg.out_dir) / ("records-" + std::to_string(cfg.shard) + "-of-" +
-                                              std::to_string(cfg.n_shards) + ".jsonl"))
+    plan.out_path = (fs::path(cfg.out_dir) /
+                     ("records-" + std::to_string(cfg.shard) + "-of-" + std::to_string(cfg.n_shards) + ".jsonl"))
                         .string();
+    if (fs::exists(plan.out_path)) drop_torn_record(plan.out_path);
     if (fs::exists(plan.out_path))
         for (const auto & r : read_records({plan.out_path}))
             if (r.value("kind", "") == "answer")

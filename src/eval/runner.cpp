@@ -103,7 +103,8 @@ private:
             // (the method may keep them, they are dropped after): B(context) + |question|
             const auto budget = [&] {
                 const Budget b = ec.budget.budget();
-                return cfg_.multi_turn ? Budget::from_tokens(b.per_layer(n_context) + int64_t(ctx.size()) - n_context) : b;
+                return cfg_.multi_turn ? Budget::from_tokens(b.per_layer(n_context) + int64_t(ctx.size()) - n_context)
+                                       : b;
             };
             PreparedCache p = ec.is_full() ? session.full() : session.compress(size_t(ec.method_index), budget());
             if (cfg_.multi_turn) p.cache.truncate(n_context, session.reserve());
@@ -137,7 +138,8 @@ private:
                         fidelity(full_logits[qi], session.teacher_forced(p.cache, query, full_answers[qi]), n_vocab);
                 }
                 f.identical = r.tokens == full_answers[qi];
-                os_ << answer_record(f).dump() << "\n" << std::flush;
+                os_ << answer_record(f).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
+                    << std::flush;
                 ++pr_.done;
             }
         }

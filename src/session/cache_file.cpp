@@ -182,7 +182,8 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
         {"kvlab", {{"version", kvlab_version()}, {"commit", kvlab_git_commit()}}},
         {"context", content.context},
     };
-    const std::string meta_text = meta.dump();
+    const std::string meta_text = meta.dump(
+        -1, ' ', false, nlohmann::json::error_handler_t::replace);  // text that is not UTF-8 is replaced, never fatal
     std::vector<uint8_t> segs;
     for (int il = 0; il < hp.n_layer; ++il)
         for (int h = 0; h < hp.n_head_kv; ++h) {

@@ -3,7 +3,6 @@
 
 #include "ggml-cpp.h"
 #include "gguf.h"
-
 #include "kvlab/error.h"
 #include "kvlab/log.h"
 #include "kvlab/text.h"
@@ -35,8 +34,8 @@ void check_vocabulary(const std::string & path) {
     for (const char * key : {"tokenizer.ggml.token_type", "tokenizer.ggml.scores"}) {
         const int64_t t = gguf_find_key(g.get(), key);
         if (t >= 0 && (gguf_get_kv_type(g.get(), t) != GGUF_TYPE_ARRAY || gguf_get_arr_n(g.get(), t) != n))
-            throw Error("text", path + ": " + key + " is not an array of " + std::to_string(n) +
-                                    " entries (one per token)");
+            throw Error("text",
+                        path + ": " + key + " is not an array of " + std::to_string(n) + " entries (one per token)");
     }
 }
 
