@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "ggml-cpp.h"
 #include "gguf.h"
@@ -164,6 +165,16 @@ TEST_F(BadInput, AskRefusesBadMethodsBudgetsAndContexts) {
     expect_cli_error(ask + "--method snapkv --ratio 0.5 --param windw=4", {"unknown parameter 'windw'", "window"});
     expect_cli_error(ask + "--method snapkv --ratio 1.5", {"ratio must lie in [0, 1)"});
     expect_cli_error(ask + "--method snapkv", {"needs --ratio R or --budget B"});
+    // a NUL byte: a clear error; bytes that are not UTF-8: answered (the JSON output replaces them)
+    const auto nul = write("nul.txt", std::string("some text \0 more text", 21));
+    expect_cli_error("ask " + good_ + " --context-file " + nul + " -q what -n 2", {"NUL byte at offset 10"});
+    const auto bad_utf8 = write("bad-utf8.txt", "some text \xff\xfe more text");
+    const auto r = test::run_command(test::kvlab_binary() + " ask " + good_ + " --context-file " + bad_utf8 +
+                                     " -q what -n 4 --json");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    // stdout's JSON after any line stderr printed (the threads notice on a busy machine)
+    const size_t json_at = r.output.rfind("[threads]", 0) == 0 ? r.output.find("\n{") + 1 : 0;
+    EXPECT_NO_THROW(nlohmann::json::parse(r.output.substr(json_at))) << r.output;
     expect_cli_error(ask + "--method snapkv --budget 10", {"budget of 10 tokens is smaller than the 0 sink and"});
     expect_cli_error(ask + "--method snapkv --ratio 0.5 --param bad", {"KEY=VALUE"});
     std::string long_words;

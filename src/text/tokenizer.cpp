@@ -124,6 +124,9 @@ Tokenizer::SplitPrompt Tokenizer::context_chat(const std::vector<ChatMessage> & 
                                                const std::vector<ChatMessage> & messages) const {
     if (messages.empty() || messages[0].role != "user")
         throw Error("text", "a conversation about a context starts with a user message");
+    if (const size_t nul = context.find('\0'); nul != std::string::npos)
+        throw Error("text", "the context has a NUL byte at offset " + std::to_string(nul) +
+                                ": a chat template cannot carry it (remove it from the text)");
     for (const ChatMessage & m : messages)
         if (m.role != "user" && m.role != "assistant")
             throw Error("text", "after the context only user and assistant messages may follow, not '" + m.role + "'");
