@@ -101,6 +101,38 @@ Vd ref_pool(const std::vector<float> & x, int kernel, bool is_max) {
     return out;
 }
 
+// KVzip's restricted softmax (fast: blocked over transposed keys) against a plain double loop.
+TEST(PressScoring, RestrictedMaxAttentionMatchesReference) {
+    struct Case {
+        int64_t n, r0, n_fixed, n_rep;
+        int group, d;
+    };
+    for (const Case c : {Case{37, 0, 50, 37, 3, 64}, Case{20, 17, 9, 37, 7, 64}, Case{5, 2, 1, 7, 1, 16},
+                         Case{64, 0, 130, 64, 2, 32}}) {
+        std::mt19937_64 rng(99 + c.n * 7 + c.group);
+        const int64_t qs = int64_t(c.group + 1) * c.d;  // a stride wider than the group
+        const auto q = randn(rng, size_t(c.n * qs), 2.0f), k = randn(rng, size_t((c.n_fixed + c.n_rep) * c.d));
+        std::vector<float> best(size_t(c.n_fixed), 0.0f);
+        press::restricted_max_attention(q.data(), qs, c.n, c.r0, k.data(), c.n_fixed, c.n_rep, c.group, c.d,
+                                        best.data());
+        std::vector<double> want(size_t(c.n_fixed), 0.0);
+        for (int64_t r = 0; r < c.n; ++r)
+            for (int g = 0; g < c.group; ++g) {
+                const int64_t vis = c.n_fixed + std::min(c.n_rep, c.r0 + r + 1);
+                std::vector<double> l(static_cast<size_t>(vis));
+                double m = -1e300, sum = 0.0;
+                for (int64_t j = 0; j < vis; ++j) {
+                    double dot = 0.0;
+                    for (int e = 0; e < c.d; ++e) dot += double(q[r * qs + g * c.d + e]) * double(k[j * c.d + e]);
+                    m = std::max(m, l[j] = dot / std::sqrt(double(c.d)));
+                }
+                for (double & x : l) sum += (x = std::exp(x - m));
+                for (int64_t j = 0; j < c.n_fixed; ++j) want[j] = std::max(want[j], l[j] / sum);
+            }
+        for (int64_t j = 0; j < c.n_fixed; ++j) EXPECT_NEAR(best[j], want[j], 2e-5) << c.n << " " << j;
+    }
+}
+
 TEST(PressScoring, Pool1dMatchesReference) {
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<float> ud(0.0f, 1.0f);
@@ -234,8 +266,8 @@ TEST(PressScoring, ExpectedAttentionMatchesReference) {
                     EXPECT_GT(rel_err(nocov, ref), 1e-2);
                 }
                 if (!vn) prev = ref;
-                const auto got =
-                    press::expected_attention(mu.data(), sigma.data(), k.data(), v.data(), c.L, n_sink, c.group, d, cov, vn);
+                const auto got = press::expected_attention(mu.data(), sigma.data(), k.data(), v.data(), c.L, n_sink,
+                                                           c.group, d, cov, vn);
                 ASSERT_EQ(got.size(), size_t(c.L));
                 for (int64_t j = 0; j < n_sink; ++j) EXPECT_EQ(got[j], 0.0f);
                 EXPECT_LE(rel_err(got, ref), 1e-5)
@@ -290,8 +322,8 @@ TEST(PressScoring, RatioKeepsWhatKvpressKeeps) {
         double cr;
         int64_t kept;  // int(L * (1 - cr)) in Python
     };
-    for (const C & c : {C{1539, 0.5, 769}, C{100, 0.3, 70}, C{2000, 0.875, 250}, C{2000, 0.5, 1000},
-                        C{1536, 0.9, 153}, C{150, 0.7, 45}, C{7, 0.75, 1}, C{10, 0.0, 10}})
+    for (const C & c : {C{1539, 0.5, 769}, C{100, 0.3, 70}, C{2000, 0.875, 250}, C{2000, 0.5, 1000}, C{1536, 0.9, 153},
+                        C{150, 0.7, 45}, C{7, 0.75, 1}, C{10, 0.0, 10}})
         EXPECT_EQ(Budget::from_ratio(c.cr).per_layer(c.L), c.kept) << c.L << " " << c.cr;
 }
 

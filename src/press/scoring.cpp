@@ -161,15 +161,40 @@ std::vector<float> last_query_attention(const float * q, const float * k, int64_
 
 void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const float * k,
                               int64_t n_fixed, int64_t n_rep, int group, int d, float * best) {
+    // As accumulate_column_sums: keys transposed to [d][n_keys], a tile of rows x the group's
+    // heads per pass over them (block_scores), then each vector's softmax over what it sees.
+    const int64_t nk = n_fixed + n_rep;
+    const int64_t nk_pad = (nk + k_block - 1) / k_block * k_block;
     const float scale = 1.0f / std::sqrt(float(d));
-    std::vector<float> p(size_t(n_fixed + n_rep));
-    for (int64_t r = 0; r < n; ++r) {
-        const int64_t n_keys = n_fixed + std::min(n_rep, r0 + r + 1);
-        for (int g = 0; g < group; ++g) {
-            const float * qr = q + r * q_stride + int64_t(g) * d;
-            for (int64_t j = 0; j < n_keys; ++j) p[j] = dot(qr, k + j * d, d) * scale;
-            softmax(p.data(), n_keys);
-            for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], p[j]);
+    std::vector<float> kt(static_cast<size_t>(d * nk_pad), 0.0f);
+    for (int64_t j = 0; j < nk; ++j)
+        for (int e = 0; e < d; ++e) kt[size_t(e) * nk_pad + j] = k[j * d + e];
+    const int tile = std::max(1, k_max_vecs / group);
+    std::vector<float> p(static_cast<size_t>(tile * group * nk_pad));
+    std::vector<float> qs(static_cast<size_t>(tile * group * d));
+    const auto visible = [&](int64_t r) { return n_fixed + std::min(n_rep, r0 + r + 1); };
+    for (int64_t t0 = 0; t0 < n; t0 += tile) {
+        const int64_t t1 = std::min<int64_t>(n, t0 + tile);
+        const int nv = int(t1 - t0) * group;
+        for (int64_t r = t0; r < t1; ++r)
+            for (int g = 0; g < group; ++g)
+                for (int e = 0; e < d; ++e)
+                    qs[(size_t(r - t0) * group + g) * d + e] = q[r * q_stride + g * d + e] * scale;
+        const int64_t vis_max = visible(t1 - 1);
+        for (int v0 = 0; v0 < nv; v0 += k_max_vecs) {
+            const int nb = std::min(k_max_vecs, nv - v0);
+            block_scores_for[nb - 1](kt.data(), nk_pad, vis_max, qs.data() + size_t(v0) * d, d,
+                                     p.data() + size_t(v0) * nk_pad);
+        }
+        for (int v = 0; v < nv; ++v) {
+            float * pg = p.data() + size_t(v) * nk_pad;
+            const int64_t vis = visible(t0 + v / group);
+            float m = pg[0];
+            for (int64_t j = 1; j < vis; ++j) m = std::max(m, pg[j]);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < vis; ++j) sum += std::exp(pg[j] - m);
+            const float inv = 1.0f / sum;
+            for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], std::exp(pg[j] - m) * inv);
         }
     }
 }

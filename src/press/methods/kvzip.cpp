@@ -131,7 +131,7 @@ private:
                 k[h].insert(k[h].end(), part.begin(), part.end());
         }
         // tasks: (head, block of query rows), each with its own maxima, merged after
-        constexpr int64_t rows_per_task = 16;
+        constexpr int64_t rows_per_task = 64;
         const int64_t n_blocks = (n + rows_per_task - 1) / rows_per_task;
         std::vector<std::vector<float>> best(size_t(hp_.n_head_kv * n_blocks));
         parallel_for(hp_.n_head_kv * n_blocks, n_threads_, [&](int64_t t) {
