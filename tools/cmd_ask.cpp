@@ -65,7 +65,8 @@ public:
         }
         const std::string context = read_file(a_.context_file);
         for (const std::string & q : a_.questions)
-            queries_.push_back(split_query(l_.tok->context_chat(before(a_.system), context, {{"user", q}}), a_.query_aware));
+            queries_.push_back(
+                split_query(l_.tok->context_chat(before(a_.system), context, {{"user", q}}), a_.query_aware));
         engine_ = std::make_unique<Engine>(*l_.model, EngineOptions{a_.chunk, parse_attention_kernel(a_.attention)});
         go_.max_tokens = a_.max_tokens;
         go_.stop_on_eog = !a_.no_stop;
@@ -90,36 +91,33 @@ private:
     int run_from_file() {
         if (!a_.context_file.empty() || a_.method != "none" || a_.budget.given() || !a_.params.empty() ||
             !a_.preset.empty() || a_.query_aware || !a_.system.empty())
-            throw Error("ask", "--cache answers from the file as it was made: --context-file, --system, --method, "
-                               "--ratio, --budget, --param, --preset and --query-aware do not apply");
+            throw Error("ask",
+                        "--cache answers from the file as it was made: --context-file, --system, --method, "
+                        "--ratio, --budget, --param, --preset and --query-aware do not apply");
         l_ = load(a_.model, a_.threads);
         engine_ = std::make_unique<Engine>(*l_.model, EngineOptions{a_.chunk, parse_attention_kernel(a_.attention)});
         go_.max_tokens = a_.max_tokens;
         go_.stop_on_eog = !a_.no_stop;
         go_.eog_ids = l_.tok->eog_ids();
-        // The query tokens first (the reserve depends on them), from the file's own prompt.
-        const nlohmann::json meta = read_cache_file_meta(a_.cache);
-        const nlohmann::json ctx = meta.value("context", nlohmann::json::object());
-        // the messages before the context: "before" (files the server made), else "system" (compress)
-        std::vector<ChatMessage> prior = before(ctx.value("system", std::string()));
-        if (ctx.contains("before") && ctx["before"].is_array()) {
-            prior.clear();
-            for (const auto & m : ctx["before"])
-                if (m.is_object()) prior.push_back({m.value("role", ""), m.value("content", "")});
-        }
-        reset_peak_rss();
-        LoadedCacheFile f = load_cache_file(a_.cache, *l_.model, 0);
-        if (f.content.text.empty())
+        // The query tokens first, from the file's text and the messages before it (META, TEXT
+        // and TOKN only): the store is then read with the reserve they need.
+        CacheFileContent content;
+        read_cache_file_meta(a_.cache, &content);
+        if (content.text.empty())
             throw Error("ask", a_.cache + " was made from token ids, not text: its questions cannot be templated");
         int64_t max_query = 0;
         for (const std::string & q : a_.questions) {
-            const Tokenizer::SplitPrompt sp = l_.tok->context_chat(prior, f.content.text, {{"user", q}});
-            if (sp.context != f.content.tokens)
+            const Tokenizer::SplitPrompt sp =
+                l_.tok->context_chat(context_before(content.context), content.text, {{"user", q}});
+            if (sp.context != content.tokens)
                 throw Error("ask", a_.cache + ": this tokenizer does not reproduce the file's context tokens");
             queries_.push_back({sp.context, sp.query});
             max_query = std::max<int64_t>(max_query, int64_t(sp.query.size()));
         }
-        f.cache.reserve(max_query + a_.max_tokens);
+        reset_peak_rss();
+        const LoadedCacheFile f = load_cache_file(a_.cache, *l_.model, max_query + a_.max_tokens);
+        if (f.content.tokens != content.tokens) throw Error("ask", a_.cache + " changed while it was read");
+        const nlohmann::json & ctx = f.content.context;
         method_params_ = ctx.value("params", nlohmann::json::object());
         log("[cache]    %s: %lld context tokens, method %s, %s of KV rows; read %s in %.3f s (%.2f GB/s: read %.3f s, "
             "verify %.3f s, build %.3f s)\n",
@@ -147,7 +145,8 @@ private:
     // One session: prefill, compress (or fit the full cache), answer questions [q0, q1).
     void answer_from_one_context(const std::vector<int32_t> & context, size_t q0, size_t q1) {
         int64_t max_query = 0;
-        for (size_t qi = q0; qi < q1; ++qi) max_query = std::max<int64_t>(max_query, int64_t(queries_[qi].query.size()));
+        for (size_t qi = q0; qi < q1; ++qi)
+            max_query = std::max<int64_t>(max_query, int64_t(queries_[qi].query.size()));
         ContextSession s(*engine_, methods_, SessionOptions{max_query, a_.max_tokens, l_.tok.get()});
         if (!methods_.empty()) method_params_ = s.press(0).params();
         log("[prefill]  %zu context tokens ...\n", context.size());
@@ -211,17 +210,22 @@ private:
         j["context_file"] = a_.context_file;
         j["cache_file"] = a_.cache;
         j["method"] = a_.method;
-        j["budget"] = !compressing ? nlohmann::json()
-                                   : nlohmann::json{{"ratio", budget_.tokens >= 0 ? nlohmann::json() : nlohmann::json(budget_.ratio)},
-                                                    {"tokens", budget_.tokens >= 0 ? nlohmann::json(budget_.tokens) : nlohmann::json()}};
+        j["budget"] =
+            !compressing
+                ? nlohmann::json()
+                : nlohmann::json{{"ratio", budget_.tokens >= 0 ? nlohmann::json() : nlohmann::json(budget_.ratio)},
+                                 {"tokens", budget_.tokens >= 0 ? nlohmann::json(budget_.tokens) : nlohmann::json()}};
         j["method_params"] = method_params_;
         j["query_aware"] = a_.query_aware;
         j["preset"] = a_.preset;
         j["prepared"] = prepared_json_;
         j["answers"] = answers_json_;
         j["memory"] = memory_json(*l_.model, nullptr, engine_.get());
-        j["params"] = {{"max_tokens", a_.max_tokens}, {"chunk_size", a_.chunk}, {"attention", a_.attention},
-                       {"threads", l_.model->n_threads()},       {"stop_on_eog", !a_.no_stop}};
+        j["params"] = {{"max_tokens", a_.max_tokens},
+                       {"chunk_size", a_.chunk},
+                       {"attention", a_.attention},
+                       {"threads", l_.model->n_threads()},
+                       {"stop_on_eog", !a_.no_stop}};
         j["provenance"] = provenance(*l_.model, *l_.tok);
         std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
@@ -242,8 +246,8 @@ const CommandRegistrar reg("ask", [](CLI::App & app, int & rc) {
         "ask", "Prefill a context once, compress its KV cache once, answer each question from an independent copy");
     auto a = std::make_shared<AskArgs>();
     add_model_arg(cmd, a->model);
-    auto * ctx = cmd->add_option("--context-file", a->context_file, "the long context (a text file)")
-                     ->check(CLI::ExistingFile);
+    auto * ctx =
+        cmd->add_option("--context-file", a->context_file, "the long context (a text file)")->check(CLI::ExistingFile);
     cmd->add_option("--cache", a->cache, "answer from a cache file written by `kvlab compress` instead")
         ->check(CLI::ExistingFile)
         ->excludes(ctx);

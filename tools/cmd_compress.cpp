@@ -48,9 +48,7 @@ int run_compress(const CompressArgs & a) {
         {"params", compressing ? s.press(0).params() : nlohmann::json::object()},
         {"budget", nullptr},
         {"preset", a.preset},
-        {"system", a.system},
-        {"before", a.system.empty() ? nlohmann::json::array()
-                                    : nlohmann::json::array({{{"role", "system"}, {"content", a.system}}})},
+        {"before", before_json(before)},
         {"context_file", a.context_file},
         {"context_tokens", ps.n_tokens},
         {"prefill_s", ps.seconds},

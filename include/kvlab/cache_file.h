@@ -26,6 +26,7 @@
 
 #include "kvlab/cache.h"
 #include "kvlab/model.h"
+#include "kvlab/text.h"
 
 namespace kvlab {
 
@@ -37,6 +38,11 @@ struct CacheFileContent {
     std::vector<int32_t> tokens;                        // the context's tokens: the positions 0 .. n-1 of the store
     nlohmann::json context = nlohmann::json::object();  // method, params, budget, timings, ...
 };
+
+// The messages a context starts with (a system message), kept in its object as "before":
+// [{role, content}]. Askers rebuild the prompt from them and the text.
+nlohmann::json before_json(const std::vector<ChatMessage> & before);
+std::vector<ChatMessage> context_before(const nlohmann::json & context);
 
 // Writes the store (its held rows only, not its reserve) and the content to path,
 // atomically. Throws kvlab::Error naming the path on any failure (the old file stays).

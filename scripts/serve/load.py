@@ -61,7 +61,7 @@ def rss(pid):
     return 0
 
 
-def post(url, body, headers=None, stream=False):
+def post(url, body, headers=None):
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json", **(headers or {})})
     return urllib.request.urlopen(req, timeout=600)

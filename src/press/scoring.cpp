@@ -106,15 +106,18 @@ std::vector<float> pool1d(const std::vector<float> & x, int kernel, Pool pool) {
     return y;
 }
 
-void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_t p0, const float * k, int group, int d,
-                            float * col) {
-    // Keys transposed to [d][n_keys] so that the scores of one query over all its keys are
-    // FMA loops along the keys (vectorised, no horizontal sums); the group's query heads
-    // share each pass over the keys.
-    const int64_t nk = p0 + n;
+namespace {
+
+// The attention rows of n query rows x their group's heads against keys k ([nk][d]) where
+// row r sees keys [0, visible(r)): the keys transposed to [d][nk] so that one query's scores
+// over its keys are FMA loops along the keys (vectorised, no horizontal sums), a tile of rows
+// x the group's heads sharing each pass over them (block_scores). For each query vector,
+// take(r, e, vis, sum) gets e[j] = exp(score_j - max) for j < vis and their sum.
+template <class Visible, class Take>
+void tiled_attention(const float * q, int64_t q_stride, int64_t n, const float * k, int64_t nk, int group, int d,
+                     const Visible & visible, const Take & take) {
     const int64_t nk_pad = (nk + k_block - 1) / k_block * k_block;  // zero keys past the end
     const float scale = 1.0f / std::sqrt(float(d));
-    const float inv = 1.0f / float(group);
     std::vector<float> kt(static_cast<size_t>(d * nk_pad), 0.0f);
     for (int64_t j = 0; j < nk; ++j)
         for (int e = 0; e < d; ++e) kt[size_t(e) * nk_pad + j] = k[j * d + e];
@@ -129,14 +132,14 @@ void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_
             for (int g = 0; g < group; ++g)
                 for (int e = 0; e < d; ++e)
                     qs[(size_t(r - r0) * group + g) * d + e] = q[r * q_stride + g * d + e] * scale;
-        const int64_t vis_max = p0 + r1;  // the tile's last row sees the most keys
+        const int64_t vis_max = visible(r1 - 1);  // the tile's last row sees the most keys
         for (int v0 = 0; v0 < nv; v0 += k_max_vecs) {
             const int nb = std::min(k_max_vecs, nv - v0);
             block_scores_for[nb - 1](kt.data(), nk_pad, vis_max, qs.data() + size_t(v0) * d, d,
                                      p.data() + size_t(v0) * nk_pad);
         }
         for (int v = 0; v < nv; ++v) {
-            const int64_t vis = p0 + r0 + v / group + 1;
+            const int64_t vis = visible(r0 + v / group);
             float * pg = p.data() + size_t(v) * nk_pad;
             float m = pg[0];
             for (int64_t j = 1; j < vis; ++j) m = std::max(m, pg[j]);
@@ -145,10 +148,22 @@ void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_
                 pg[j] = std::exp(pg[j] - m);
                 sum += pg[j];
             }
-            const float w = inv / sum;
-            for (int64_t j = 0; j < vis; ++j) col[j] += pg[j] * w;
+            take(r0 + v / group, pg, vis, sum);
         }
     }
+}
+
+}  // namespace
+
+void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_t p0, const float * k, int group, int d,
+                            float * col) {
+    const float inv = 1.0f / float(group);
+    tiled_attention(
+        q, q_stride, n, k, p0 + n, group, d, [p0](int64_t r) { return p0 + r + 1; },
+        [&](int64_t, const float * e, int64_t vis, float sum) {
+            const float w = inv / sum;
+            for (int64_t j = 0; j < vis; ++j) col[j] += e[j] * w;
+        });
 }
 
 std::vector<float> last_query_attention(const float * q, const float * k, int64_t L, int d) {
@@ -161,42 +176,12 @@ std::vector<float> last_query_attention(const float * q, const float * k, int64_
 
 void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const float * k,
                               int64_t n_fixed, int64_t n_rep, int group, int d, float * best) {
-    // As accumulate_column_sums: keys transposed to [d][n_keys], a tile of rows x the group's
-    // heads per pass over them (block_scores), then each vector's softmax over what it sees.
-    const int64_t nk = n_fixed + n_rep;
-    const int64_t nk_pad = (nk + k_block - 1) / k_block * k_block;
-    const float scale = 1.0f / std::sqrt(float(d));
-    std::vector<float> kt(static_cast<size_t>(d * nk_pad), 0.0f);
-    for (int64_t j = 0; j < nk; ++j)
-        for (int e = 0; e < d; ++e) kt[size_t(e) * nk_pad + j] = k[j * d + e];
-    const int tile = std::max(1, k_max_vecs / group);
-    std::vector<float> p(static_cast<size_t>(tile * group * nk_pad));
-    std::vector<float> qs(static_cast<size_t>(tile * group * d));
-    const auto visible = [&](int64_t r) { return n_fixed + std::min(n_rep, r0 + r + 1); };
-    for (int64_t t0 = 0; t0 < n; t0 += tile) {
-        const int64_t t1 = std::min<int64_t>(n, t0 + tile);
-        const int nv = int(t1 - t0) * group;
-        for (int64_t r = t0; r < t1; ++r)
-            for (int g = 0; g < group; ++g)
-                for (int e = 0; e < d; ++e)
-                    qs[(size_t(r - t0) * group + g) * d + e] = q[r * q_stride + g * d + e] * scale;
-        const int64_t vis_max = visible(t1 - 1);
-        for (int v0 = 0; v0 < nv; v0 += k_max_vecs) {
-            const int nb = std::min(k_max_vecs, nv - v0);
-            block_scores_for[nb - 1](kt.data(), nk_pad, vis_max, qs.data() + size_t(v0) * d, d,
-                                     p.data() + size_t(v0) * nk_pad);
-        }
-        for (int v = 0; v < nv; ++v) {
-            float * pg = p.data() + size_t(v) * nk_pad;
-            const int64_t vis = visible(t0 + v / group);
-            float m = pg[0];
-            for (int64_t j = 1; j < vis; ++j) m = std::max(m, pg[j]);
-            float sum = 0.0f;
-            for (int64_t j = 0; j < vis; ++j) sum += std::exp(pg[j] - m);
+    tiled_attention(
+        q, q_stride, n, k, n_fixed + n_rep, group, d, [&](int64_t r) { return n_fixed + std::min(n_rep, r0 + r + 1); },
+        [&](int64_t, const float * e, int64_t, float sum) {
             const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], std::exp(pg[j] - m) * inv);
-        }
-    }
+            for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], e[j] * inv);
+        });
 }
 
 std::vector<float> negative_key_norms(const float * k, int64_t L, int d) {

@@ -29,16 +29,6 @@ bool valid_context_id(const std::string & s) {
     return true;
 }
 
-namespace {
-std::vector<ChatMessage> messages_of(const nlohmann::json & j) {
-    std::vector<ChatMessage> out;
-    if (j.is_array())
-        for (const auto & m : j)
-            if (m.is_object()) out.push_back({m.value("role", ""), m.value("content", "")});
-    return out;
-}
-}  // namespace
-
 ContextStore::ContextStore(const Model & model, std::string dir, uint64_t kv_budget)
     : model_(model), dir_(std::move(dir)), budget_(kv_budget) {
     std::error_code ec;
@@ -69,7 +59,7 @@ ContextStore::ContextStore(const Model & model, std::string dir, uint64_t kv_bud
             info->text = content.text;
             info->tokens = content.tokens;
             info->object = content.context;
-            info->before = messages_of(content.context.value("before", nlohmann::json::array()));
+            info->before = context_before(content.context);
             entry->info = info;
             entries_[id] = entry;
         } catch (const Error & err) {
@@ -105,7 +95,7 @@ nlohmann::json ContextStore::add(KvStore rows, const CacheFileContent & content,
     info->text = content.text;
     info->tokens = content.tokens;
     info->object = object;
-    info->before = messages_of(object.value("before", nlohmann::json::array()));
+    info->before = context_before(object);
     auto entry = std::make_shared<Entry>();
     entry->info = info;
     entry->rows = std::make_shared<const KvStore>(std::move(rows));

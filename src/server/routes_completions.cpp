@@ -111,10 +111,10 @@ struct Outcome {
     bool client_gone = false;
 };
 
-// Generates on a slot; emit(delta, first_token, last_token) releases text as it becomes
-// final and returns false when the client went away.
+// Generates on a slot; emit(delta) releases text as it becomes final and returns false when
+// the client went away.
 Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
-                 const std::function<bool(const std::string &, size_t, size_t)> & emit) {
+                 const std::function<bool(const std::string &)> & emit) {
     Outcome o;
     KvStore work = [&] {
         if (!p.ctx) return engine.new_cache(int64_t(p.query.size()) + p.max_tokens);
@@ -130,21 +130,19 @@ Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
     go.sampling = p.req.sampling;
     go.n_logprobs = p.req.logprobs ? std::max(1, p.req.top_logprobs) : 0;
     TextStream ts(s.tok, p.req.stop);
-    size_t emitted_tokens = 0, n = 0;
+    bool first = true;
     o.r = engine.generate(work, p.query, go, [&](int32_t tok) {
-        if (n++ == 0) o.request_ttft_s = now_seconds() - p.t_request;
+        if (first) o.request_ttft_s = now_seconds() - p.t_request;
+        first = false;
         const std::string delta = ts.push(tok);
-        if (!delta.empty() || ts.stopped()) {
-            if (!emit(delta, emitted_tokens, n)) {
-                o.client_gone = true;
-                return false;
-            }
-            emitted_tokens = n;
+        if (!delta.empty() && !emit(delta)) {
+            o.client_gone = true;
+            return false;
         }
         return !ts.stopped();
     });
     const std::string rest = ts.finish();
-    if (!o.client_gone && (!rest.empty() || emitted_tokens < n)) o.client_gone = !emit(rest, emitted_tokens, n);
+    if (!o.client_gone && !rest.empty()) o.client_gone = !emit(rest);
     o.text = ts.text();
     o.finish = o.r.stop_reason == "max_tokens" && !ts.stopped() ? "length" : "stop";
     s.metrics.ttft(o.request_ttft_s);
@@ -188,7 +186,7 @@ void complete(ServerState & s, const httplib::Request & http_req, httplib::Respo
         {"model", s.opts.model_id},
         {"system_fingerprint", s.fingerprint}};
     if (!p->req.stream) {
-        Outcome o = generate(s, *p, lease->engine(), [](const std::string &, size_t, size_t) { return true; });
+        Outcome o = generate(s, *p, lease->engine(), [](const std::string &) { return true; });
         nlohmann::json choice = {{"index", 0}, {"finish_reason", o.finish}};
         const size_t n_tok = o.r.logprobs.size();
         if (chat) {
@@ -231,7 +229,7 @@ void complete(ServerState & s, const httplib::Request & http_req, httplib::Respo
             return false;
         Outcome o;
         try {
-            o = generate(s, *p, lease->engine(), [&](const std::string & delta, size_t, size_t) {
+            o = generate(s, *p, lease->engine(), [&](const std::string & delta) {
                 nlohmann::json choice = {{"index", 0}, {"finish_reason", nullptr}};
                 if (chat) {
                     choice["delta"] = {{"content", delta}};

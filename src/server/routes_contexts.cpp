@@ -77,12 +77,6 @@ ContextRequest parse_context_request(const nlohmann::json & b) {
     return r;
 }
 
-nlohmann::json messages_json(const std::vector<ChatMessage> & m) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto & x : m) j.push_back({{"role", x.role}, {"content", x.content}});
-    return j;
-}
-
 void create_context(ServerState & s, const httplib::Request & req, httplib::Response & res) {
     const ContextRequest r = parse_context_request(parse_json_body(req.body));
     std::vector<MethodRequest> methods;
@@ -109,7 +103,7 @@ void create_context(ServerState & s, const httplib::Request & req, httplib::Resp
                    : r.budget.tokens >= 0 ? nlohmann::json{{"tokens", r.budget.tokens}}
                                           : nlohmann::json{{"ratio", r.budget.ratio}}},
         {"preset", r.preset},
-        {"before", messages_json(r.before)},
+        {"before", before_json(r.before)},
         {"tokens", tokens.size()},
         {"rows_kept", p.cache.total_rows()},
         {"rows_full", rows_full},

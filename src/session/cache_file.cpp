@@ -159,7 +159,41 @@ std::string string_field(const nlohmann::json & j, const char * key) {
     return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
+// The context's text, tokens and the caller's object from META and the (verified) TEXT and
+// TOKN sections; with n_vocab > 0 every token id is checked against the vocabulary too.
+CacheFileContent read_content(const std::string & path, const nlohmann::json & meta, const uint8_t * text,
+                              uint64_t n_text, const uint8_t * tokn, uint64_t n_tokn, int32_t n_vocab) {
+    const int64_t next_pos = meta["next_pos"].get<int64_t>();
+    if (next_pos < 1 || n_tokn != uint64_t(next_pos) * sizeof(int32_t))
+        throw file_error(path, "corrupt TOKN section (" + std::to_string(n_tokn) + " bytes for " +
+                                   std::to_string(next_pos) + " tokens)");
+    CacheFileContent c;
+    c.tokens.resize(size_t(next_pos));
+    std::memcpy(c.tokens.data(), tokn, n_tokn);
+    if (n_vocab > 0)
+        for (int32_t t : c.tokens)
+            if (t < 0 || t >= n_vocab)
+                throw file_error(path, "corrupt TOKN section (token id " + std::to_string(t) + ")");
+    c.text.assign(reinterpret_cast<const char *>(text), n_text);
+    if (meta.contains("context") && meta["context"].is_object()) c.context = meta["context"];
+    return c;
+}
+
 }  // namespace
+
+nlohmann::json before_json(const std::vector<ChatMessage> & before) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const ChatMessage & m : before) j.push_back({{"role", m.role}, {"content", m.content}});
+    return j;
+}
+
+std::vector<ChatMessage> context_before(const nlohmann::json & context) {
+    std::vector<ChatMessage> out;
+    if (context.is_object() && context.contains("before") && context["before"].is_array())
+        for (const auto & m : context["before"])
+            if (m.is_object()) out.push_back({m.value("role", ""), m.value("content", "")});
+    return out;
+}
 
 uint64_t save_cache_file(const std::string & path, const Model & model, const KvStore & cache,
                          const CacheFileContent & content) {
@@ -274,8 +308,7 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
     const uint64_t size = uint64_t(st.st_size);
     std::vector<uint8_t> buf(size);
     read_all(fd.fd, buf.data(), buf.size(), 0, path);
-    LoadedCacheFile out{KvStore(hp, model.backend(), 0), {}, {}, size};
-    out.read_s = now_seconds() - t0;
+    const double read_s = now_seconds() - t0;
 
     t0 = now_seconds();
     size_t need = 0;
@@ -283,8 +316,8 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
     for (const auto & [id, s] : secs) check_section(path, s, buf.data() + s.offset);
     const auto data = [&](const char * id) { return buf.data() + secs.at(id).offset; };
     const auto bytes = [&](const char * id) { return secs.at(id).size; };
-    out.meta = parse_meta(path, data("META"), bytes("META"));
-    const nlohmann::json & m = out.meta["model"];
+    nlohmann::json meta = parse_meta(path, data("META"), bytes("META"));
+    const nlohmann::json & m = meta["model"];
     const std::string sha = sha256_file_cached(model.path()), hh = hparams_hash(model);
     if (string_field(m, "sha256") != sha)
         throw file_error(path, "was made with model " + string_field(m, "file") + " (sha256 " +
@@ -293,19 +326,11 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
                                    sha.substr(0, 12) + "...)");
     if (string_field(m, "hparams_hash") != hh)
         throw file_error(path, "was made with other hyper-parameters than " + model.path() + "'s");
-    const int64_t next_pos = out.meta["next_pos"].get<int64_t>();
+    const int64_t next_pos = meta["next_pos"].get<int64_t>();
     if (next_pos < 1 || next_pos > hp.n_ctx_train)
         throw file_error(path, "corrupt META (" + std::to_string(next_pos) + " positions)");
-    if (bytes("TOKN") != uint64_t(next_pos) * sizeof(int32_t))
-        throw file_error(path, "corrupt TOKN section (" + std::to_string(bytes("TOKN")) + " bytes for " +
-                                   std::to_string(next_pos) + " tokens)");
-    out.content.tokens.resize(size_t(next_pos));
-    std::memcpy(out.content.tokens.data(), data("TOKN"), bytes("TOKN"));
-    for (int32_t t : out.content.tokens)
-        if (t < 0 || t >= hp.n_vocab)
-            throw file_error(path, "corrupt TOKN section (token id " + std::to_string(t) + ")");
-    out.content.text.assign(reinterpret_cast<const char *>(data("TEXT")), bytes("TEXT"));
-    if (out.meta.contains("context") && out.meta["context"].is_object()) out.content.context = out.meta["context"];
+    CacheFileContent content =
+        read_content(path, meta, data("TEXT"), bytes("TEXT"), data("TOKN"), bytes("TOKN"), hp.n_vocab);
 
     std::vector<std::vector<std::vector<int32_t>>> positions(size_t(hp.n_layer),
                                                              std::vector<std::vector<int32_t>>(size_t(hp.n_head_kv)));
@@ -329,23 +354,25 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
     if (bytes("KVF6") != total_rows * 2 * half_row)
         throw file_error(path, "corrupt KVF6 section (" + std::to_string(bytes("KVF6")) + " bytes for " +
                                    std::to_string(total_rows) + " rows)");
-    out.verify_s = now_seconds() - t0;
+    const double verify_s = now_seconds() - t0;
 
     t0 = now_seconds();
-    try {
-        out.cache = KvStore::restore(hp, model.backend(), std::move(positions), int32_t(next_pos), reserve);
-    } catch (const Error & e) {
-        throw file_error(path, std::string("corrupt SEGS section: ") + e.what());
-    }
+    KvStore cache = [&] {
+        try {
+            return KvStore::restore(hp, model.backend(), std::move(positions), int32_t(next_pos), reserve);
+        } catch (const Error & e) {
+            throw file_error(path, std::string("corrupt SEGS section: ") + e.what());
+        }
+    }();
     const uint8_t * rows = data("KVF6");
     for (int il = 0; il < hp.n_layer; ++il)
         for (int h = 0; h < hp.n_head_kv; ++h)
             for (bool value : {false, true}) {
-                out.cache.write_rows(il, h, value, rows);
-                rows += uint64_t(out.cache.n_rows(il, h)) * half_row;
+                cache.write_rows(il, h, value, rows);
+                rows += uint64_t(cache.n_rows(il, h)) * half_row;
             }
-    out.build_s = now_seconds() - t0;
-    return out;
+    const double build_s = now_seconds() - t0;
+    return LoadedCacheFile{std::move(cache), std::move(content), std::move(meta), size, read_s, verify_s, build_s};
 }
 
 nlohmann::json read_cache_file_meta(const std::string & path, CacheFileContent * content) {
@@ -375,14 +402,7 @@ nlohmann::json read_cache_file_meta(const std::string & path, CacheFileContent *
         return b;
     };
     const std::vector<uint8_t> text = section("TEXT"), toks = section("TOKN");
-    const int64_t next_pos = m["next_pos"].get<int64_t>();
-    if (next_pos < 1 || toks.size() != uint64_t(next_pos) * sizeof(int32_t))
-        throw file_error(path, "corrupt TOKN section (" + std::to_string(toks.size()) + " bytes for " +
-                                   std::to_string(next_pos) + " tokens)");
-    content->text.assign(text.begin(), text.end());
-    content->tokens.resize(size_t(next_pos));
-    std::memcpy(content->tokens.data(), toks.data(), toks.size());
-    content->context = m.contains("context") && m["context"].is_object() ? m["context"] : nlohmann::json::object();
+    *content = read_content(path, m, text.data(), text.size(), toks.data(), toks.size(), 0);
     return m;
 }
 

@@ -39,8 +39,8 @@ void ContextSession::prefill(const std::vector<int32_t> & context) {
     if (L + reserve_ > n_ctx)
         throw Error("session", "the context has " + std::to_string(L) + " tokens; with the longest query (" +
                                    std::to_string(opts_.max_query_tokens) + ") and answer (" +
-                                   std::to_string(opts_.max_answer_tokens) +
-                                   ") that exceeds the model's context of " + std::to_string(n_ctx) + " tokens");
+                                   std::to_string(opts_.max_answer_tokens) + ") that exceeds the model's context of " +
+                                   std::to_string(n_ctx) + " tokens");
     auto base = std::make_unique<KvStore>(engine_.new_cache(L));
     ObserverSet observers(engine_.model());
     for (auto & p : presses_) observers.add(p->observer(*base, L));
@@ -49,8 +49,10 @@ void ContextSession::prefill(const std::vector<int32_t> & context) {
     for (const auto & p : presses_) ps.seconds -= p->observe_seconds();  // the model's part
     // The methods' own passes (KVzip's repeat prompts), each rolled back at once: the store
     // holds exactly the context again after each. Their time is the method's.
+    bool passes_ran = false;
     for (auto & p : presses_) {
         if (!p->has_scoring_passes()) continue;
+        passes_ran = true;
         const double t0 = now_seconds();
         for (const ScoringPass & pass : p->scoring_passes(*base, context, *opts_.tok)) {
             if (L + int64_t(pass.tokens.size()) > n_ctx)
@@ -62,8 +64,7 @@ void ContextSession::prefill(const std::vector<int32_t> & context) {
         }
         p->add_scoring_seconds(now_seconds() - t0);
     }
-    // the passes grew the store: back to exactly the context's rows
-    if (base->bytes() != engine_.new_cache(L).bytes()) base->fit(0);
+    if (passes_ran) base->fit(0);  // the passes grew the store: back to exactly the context's rows
     prefill_ = ps;
     base_ = std::move(base);
 }
