@@ -2,6 +2,7 @@
 // through the library (exceptions) and through the kvlab command line (exit codes).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,21 @@ protected:
         ADD_FAILURE() << "no two neighbouring tokens of the same length";
         return good_;
     }
+    // The tiny model with its metadata edited by `edit` (gguf's own setters; tensors kept).
+    template <typename Edit>
+    std::string edited(const std::string & name, Edit edit) {
+        ggml_context * data = nullptr;
+        gguf_context_ptr src(gguf_init_from_file(good_.c_str(), {/*no_alloc=*/false, &data}));
+        ggml_context_ptr data_ptr(data);
+        gguf_context_ptr g(gguf_init_empty());
+        gguf_set_kv(g.get(), src.get());
+        for (int64_t i = 0; i < gguf_get_n_tensors(src.get()); ++i)
+            gguf_add_tensor(g.get(), ggml_get_tensor(data, gguf_get_tensor_name(src.get(), i)));
+        edit(g.get());
+        const std::string p = dir_ + "/" + name;
+        EXPECT_TRUE(gguf_write_to_file(g.get(), p.c_str(), false));
+        return p;
+    }
     // Loading must throw kvlab::Error with every fragment in its message.
     void expect_load_error(const std::string & path, const std::vector<std::string> & fragments) {
         try {
@@ -122,6 +138,36 @@ TEST_F(BadInput, UnsupportedArchitecture) {
     const auto p = unsupported_arch();
     expect_load_error(p, {"unsupported architecture 'mamba'", "llama"});
     expect_cli_error("info " + p, {"unsupported architecture 'mamba'"});
+}
+
+// What ggml would assert on in a graph (shapes) or overflow on (sizes) is refused at load,
+// naming the key or the tensor.
+TEST_F(BadInput, HyperParametersOutOfRangeOrInconsistentWithTheTensors) {
+    expect_load_error(
+        edited("layers.gguf", [](gguf_context * g) { gguf_set_val_u64(g, "llama.block_count", uint64_t(1) << 40); }),
+        {"llama.block_count", "1099511627776", "not a whole number in [1, 4096]"});
+    expect_load_error(
+        edited("eps.gguf",
+               [](gguf_context * g) { gguf_set_val_f32(g, "llama.attention.layer_norm_rms_epsilon", -1.0f); }),
+        {"layer_norm_rms_epsilon", "-1"});
+    expect_load_error(edited("theta.gguf", [](gguf_context * g) { gguf_set_val_f32(g, "llama.rope.freq_base", NAN); }),
+                      {"llama.rope.freq_base", "nan"});
+    expect_load_error(
+        edited("kvheads.gguf", [](gguf_context * g) { gguf_set_val_u32(g, "llama.attention.head_count_kv", 3); }),
+        {"head_count 4 is not a multiple of head_count_kv 3"});
+    // the tensors were written for n_ff 128 and head_dim 16
+    const auto ff = edited("ff.gguf", [](gguf_context * g) { gguf_set_val_u32(g, "llama.feed_forward_length", 100); });
+    expect_load_error(ff, {"tensor 'blk.0.ffn_gate.weight' has shape [64, 128]; the architecture needs [64, 100]"});
+    expect_cli_error("generate " + ff + " --prompt hi", {"blk.0.ffn_gate.weight", "[64, 100]"});
+    expect_load_error(edited("hd.gguf",
+                             [](gguf_context * g) {
+                                 for (const char * k : {"llama.attention.key_length", "llama.attention.value_length",
+                                                        "llama.rope.dimension_count"})
+                                     if (gguf_find_key(g, k) >= 0) gguf_set_val_u32(g, k, 8);
+                             }),
+                      {"tensor 'blk.0.attn_q.weight' has shape [64, 64]; the architecture needs [64, 32]"});
+    expect_load_error(edited("embd.gguf", [](gguf_context * g) { gguf_set_val_u32(g, "llama.embedding_length", 32); }),
+                      {"tensor 'token_embd.weight' has shape [64, ", "the architecture needs [32, *]"});
 }
 
 TEST_F(BadInput, DuplicateTokenInTheVocabulary) {

@@ -1,7 +1,10 @@
 #include "model/arch.h"
 
+#include <cmath>
+#include <cstdio>
 #include <map>
 
+#include "ggml-cpu.h"
 #include "gguf.h"
 #include "kvlab/error.h"
 #include "model/gguf_meta.h"
@@ -74,42 +77,97 @@ bool ModelReader::number(const std::string & key, double & out) const {
     }
 }
 
-int32_t ModelReader::required_int(const std::string & key) const {
+namespace {
+
+std::string number_text(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    return buf;
+}
+
+}  // namespace
+
+int32_t ModelReader::required_int(const std::string & key, int32_t lo, int32_t hi) const {
     double v = 0;
     if (!number(key, v)) fail("required metadata key '" + key + "' is missing");
+    return get_int(key, 0, lo, hi);
+}
+
+int32_t ModelReader::get_int(const std::string & key, int32_t fallback, int32_t lo, int32_t hi) const {
+    double v = 0;
+    if (!number(key, v)) return fallback;
+    if (!(v == std::floor(v)) || v < double(lo) || v > double(hi))
+        fail("metadata key '" + key + "' = " + number_text(v) + " is not a whole number in [" + std::to_string(lo) +
+             ", " + std::to_string(hi) + "]");
     return int32_t(v);
 }
 
-int32_t ModelReader::get_int(const std::string & key, int32_t fallback) const {
+float ModelReader::get_float(const std::string & key, float fallback, float lo, float hi) const {
     double v = 0;
-    return number(key, v) ? int32_t(v) : fallback;
-}
-
-float ModelReader::get_float(const std::string & key, float fallback) const {
-    double v = 0;
-    return number(key, v) ? float(v) : fallback;
+    if (!number(key, v)) return fallback;
+    if (!std::isfinite(v) || v < double(lo) || v > double(hi))
+        fail("metadata key '" + key + "' = " + number_text(v) + " is not in [" + number_text(lo) + ", " +
+             number_text(hi) + "]");
+    return float(v);
 }
 
 std::string ModelReader::get_string(const std::string & key) const {
     return gguf_string(gguf_, key);
 }
 
-ggml_tensor * ModelReader::optional(const std::string & name) const {
-    return ggml_get_tensor(ctx_, name.c_str());
+namespace {
+
+std::string shape_text(const ggml_tensor * t) {
+    std::string s = "[";
+    for (int d = 0; d < ggml_n_dims(t); ++d) s += (d ? ", " : "") + std::to_string(t->ne[d]);
+    return s + "]";
 }
 
-ggml_tensor * ModelReader::required(const std::string & name) const {
-    ggml_tensor * t = optional(name);
+std::string shape_text(const std::vector<int64_t> & shape) {
+    std::string s = "[";
+    for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + (shape[d] < 0 ? "*" : std::to_string(shape[d]));
+    return s + "]";
+}
+
+}  // namespace
+
+ggml_tensor * ModelReader::optional(const std::string & name, std::vector<int64_t> shape, Role role) const {
+    ggml_tensor * t = ggml_get_tensor(ctx_, name.c_str());
+    if (!t) return nullptr;
+    bool ok = shape.size() <= size_t(GGML_MAX_DIMS);
+    for (int d = 0; ok && d < GGML_MAX_DIMS; ++d) {
+        const int64_t want = size_t(d) < shape.size() ? shape[size_t(d)] : 1;
+        ok = want < 0 ? t->ne[d] > 0 : t->ne[d] == want;
+    }
+    if (!ok) fail("tensor '" + name + "' has shape " + shape_text(t) + "; the architecture needs " + shape_text(shape));
+    if (role == Role::vector) {
+        if (t->type != GGML_TYPE_F32)
+            fail("tensor '" + name + "' has type " + ggml_type_name(t->type) + "; a norm, bias or factor must be f32");
+    } else {
+        const auto * cpu = ggml_get_type_traits_cpu(t->type);
+        const auto * traits = ggml_get_type_traits(t->type);
+        const bool converts = t->type == GGML_TYPE_F32 || (cpu && cpu->vec_dot && traits && traits->to_float);
+        if (!converts || t->ne[0] % ggml_blck_size(t->type) != 0)
+            fail("tensor '" + name + "' has type " + ggml_type_name(t->type) +
+                 ", which ggml's CPU backend cannot multiply");
+    }
+    return t;
+}
+
+ggml_tensor * ModelReader::required(const std::string & name, std::vector<int64_t> shape, Role role) const {
+    ggml_tensor * t = optional(name, shape, role);
     if (!t) fail("required tensor '" + name + "' is missing");
     return t;
 }
 
-ggml_tensor * ModelReader::required_layer(int il, const std::string & suffix) const {
-    return required("blk." + std::to_string(il) + "." + suffix);
+ggml_tensor * ModelReader::required_layer(int il, const std::string & suffix, std::vector<int64_t> shape,
+                                          Role role) const {
+    return required("blk." + std::to_string(il) + "." + suffix, std::move(shape), role);
 }
 
-ggml_tensor * ModelReader::optional_layer(int il, const std::string & suffix) const {
-    return optional("blk." + std::to_string(il) + "." + suffix);
+ggml_tensor * ModelReader::optional_layer(int il, const std::string & suffix, std::vector<int64_t> shape,
+                                          Role role) const {
+    return optional("blk." + std::to_string(il) + "." + suffix, std::move(shape), role);
 }
 
 }  // namespace kvlab

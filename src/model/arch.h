@@ -29,16 +29,25 @@ public:
 
     // A numeric value of any GGUF integer or float type; false when absent.
     bool number(const std::string & key, double & out) const;
-    int32_t required_int(const std::string & key) const;  // throws when absent
-    int32_t get_int(const std::string & key, int32_t fallback) const;
-    float get_float(const std::string & key, float fallback) const;
+    // Integers must be whole numbers in [lo, hi], floats finite and in [lo, hi]; a value out
+    // of range is an error naming the key (a crafted file must not reach ggml's asserts).
+    int32_t required_int(const std::string & key, int32_t lo, int32_t hi) const;  // throws when absent
+    int32_t get_int(const std::string & key, int32_t fallback, int32_t lo, int32_t hi) const;
+    float get_float(const std::string & key, float fallback, float lo, float hi) const;
     std::string get_string(const std::string & key) const;  // "" when absent or not a string
 
-    ggml_tensor * required(const std::string & name) const;  // throws when missing
-    ggml_tensor * optional(const std::string & name) const;  // nullptr when missing
+    // A tensor's role decides the types it may have: a matrix is the weight of a product or a
+    // table of rows (any type ggml's CPU backend multiplies and converts to F32); a vector
+    // (norm, bias, RoPE factors) is F32, as ggml's element-wise operations need.
+    enum class Role { matrix, vector };
+    // The tensor `name` checked against the architecture before any graph sees it: shape
+    // (ne[0], ne[1], ...; -1 for a dimension the architecture leaves free, trailing
+    // dimensions 1) and type for its role. Errors name the file, the tensor and what differs.
+    ggml_tensor * required(const std::string & name, std::vector<int64_t> shape, Role role) const;
+    ggml_tensor * optional(const std::string & name, std::vector<int64_t> shape, Role role) const;
     // "blk.<il>.<suffix>"
-    ggml_tensor * required_layer(int il, const std::string & suffix) const;
-    ggml_tensor * optional_layer(int il, const std::string & suffix) const;
+    ggml_tensor * required_layer(int il, const std::string & suffix, std::vector<int64_t> shape, Role role) const;
+    ggml_tensor * optional_layer(int il, const std::string & suffix, std::vector<int64_t> shape, Role role) const;
 
     [[noreturn]] void fail(const std::string & what) const;  // Error("model", "<path>: what")
 

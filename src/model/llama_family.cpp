@@ -1,5 +1,6 @@
 #include "model/llama_family.h"
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -22,41 +23,45 @@ public:
 
     void load(const ModelReader & r, HParams & hp) override {
         hp.rope_mode = opts_.rope_mode;
-        n_ff_ = r.required_int(r.key("feed_forward_length"));
-        rms_eps_ = r.get_float(r.key("attention.layer_norm_rms_epsilon"), 1e-5f);
-        sliding_window_ = r.get_int(r.key("attention.sliding_window"), 0);
+        using Role = ModelReader::Role;
+        constexpr Role mat = Role::matrix, vec = Role::vector;
+        n_ff_ = r.required_int(r.key("feed_forward_length"), 1, 1 << 20);
+        rms_eps_ = r.get_float(r.key("attention.layer_norm_rms_epsilon"), 1e-5f, 1e-12f, 1.0f);
+        sliding_window_ = r.get_int(r.key("attention.sliding_window"), 0, 0, INT32_MAX);
         if (sliding_window_ > 0) r.fail("sliding-window attention is not supported yet");
 
-        tok_embd_ = r.required("token_embd.weight");
-        output_norm_ = r.required("output_norm.weight");
-        output_ = r.optional("output.weight");
+        const int64_t n_embd = hp.n_embd, n_q = int64_t(hp.n_head) * hp.head_dim;
+        const int64_t n_kv = int64_t(hp.n_head_kv) * hp.head_dim, n_ff = n_ff_;
+        tok_embd_ = r.required("token_embd.weight", {n_embd, -1}, mat);
+        output_norm_ = r.required("output_norm.weight", {n_embd}, vec);
+        output_ = r.optional("output.weight", {n_embd, tok_embd_->ne[1]}, mat);
         if (!output_) output_ = tok_embd_;
-        rope_freqs_ = r.optional("rope_freqs.weight");
-        if (tok_embd_->ne[0] != hp.n_embd) r.fail("token_embd has the wrong width");
+        rope_freqs_ = r.optional("rope_freqs.weight", {hp.n_rot / 2}, vec);
+        if (tok_embd_->ne[1] > INT32_MAX) r.fail("token_embd has more rows than token ids can name");
         hp.n_vocab = int32_t(output_->ne[1]);
 
         layers_.resize(hp.n_layer);
         for (int il = 0; il < hp.n_layer; ++il) {
             LlamaLayer & l = layers_[il];
-            l.attn_norm = r.required_layer(il, "attn_norm.weight");
-            l.attn.wq = r.required_layer(il, "attn_q.weight");
-            l.attn.wk = r.required_layer(il, "attn_k.weight");
-            l.attn.wv = r.required_layer(il, "attn_v.weight");
-            auto bias = [&](const char * name) {
-                return opts_.qkv_bias ? r.required_layer(il, name) : r.optional_layer(il, name);
+            l.attn_norm = r.required_layer(il, "attn_norm.weight", {n_embd}, vec);
+            l.attn.wq = r.required_layer(il, "attn_q.weight", {n_embd, n_q}, mat);
+            l.attn.wk = r.required_layer(il, "attn_k.weight", {n_embd, n_kv}, mat);
+            l.attn.wv = r.required_layer(il, "attn_v.weight", {n_embd, n_kv}, mat);
+            auto bias = [&](const char * name, int64_t n) {
+                return opts_.qkv_bias ? r.required_layer(il, name, {n}, vec) : r.optional_layer(il, name, {n}, vec);
             };
-            l.attn.bq = bias("attn_q.bias");
-            l.attn.bk = bias("attn_k.bias");
-            l.attn.bv = bias("attn_v.bias");
+            l.attn.bq = bias("attn_q.bias", n_q);
+            l.attn.bk = bias("attn_k.bias", n_kv);
+            l.attn.bv = bias("attn_v.bias", n_kv);
             if (opts_.qk_norm) {
-                l.attn.q_norm = r.required_layer(il, "attn_q_norm.weight");
-                l.attn.k_norm = r.required_layer(il, "attn_k_norm.weight");
+                l.attn.q_norm = r.required_layer(il, "attn_q_norm.weight", {hp.head_dim}, vec);
+                l.attn.k_norm = r.required_layer(il, "attn_k_norm.weight", {hp.head_dim}, vec);
             }
-            l.wo = r.required_layer(il, "attn_output.weight");
-            l.ffn_norm = r.required_layer(il, "ffn_norm.weight");
-            l.ffn.gate = r.required_layer(il, "ffn_gate.weight");
-            l.ffn.up = r.required_layer(il, "ffn_up.weight");
-            l.ffn.down = r.required_layer(il, "ffn_down.weight");
+            l.wo = r.required_layer(il, "attn_output.weight", {n_q, n_embd}, mat);
+            l.ffn_norm = r.required_layer(il, "ffn_norm.weight", {n_embd}, vec);
+            l.ffn.gate = r.required_layer(il, "ffn_gate.weight", {n_embd, n_ff}, mat);
+            l.ffn.up = r.required_layer(il, "ffn_up.weight", {n_embd, n_ff}, mat);
+            l.ffn.down = r.required_layer(il, "ffn_down.weight", {n_ff, n_embd}, mat);
         }
     }
 

@@ -1,8 +1,8 @@
 #include "kvlab/model.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -26,23 +26,29 @@ namespace {
 HParams read_common_hparams(const ModelReader & r, const std::string & arch) {
     HParams hp;
     hp.arch = arch;
-    hp.n_layer = r.required_int(r.key("block_count"));
-    hp.n_embd = r.required_int(r.key("embedding_length"));
-    hp.n_head = r.required_int(r.key("attention.head_count"));
-    hp.n_head_kv = r.get_int(r.key("attention.head_count_kv"), hp.n_head);
-    hp.head_dim = r.get_int(r.key("attention.key_length"), hp.n_embd / std::max(1, hp.n_head));
-    const int32_t v_dim = r.get_int(r.key("attention.value_length"), hp.head_dim);
-    hp.n_ctx_train = r.required_int(r.key("context_length"));
-    hp.n_rot = r.get_int(r.key("rope.dimension_count"), hp.head_dim);
-    hp.rope_theta = r.get_float(r.key("rope.freq_base"), 10000.0f);
+    // The ranges are generous bounds on real models; they keep a crafted file's values from
+    // overflowing sizes before the tensor shapes are checked against them.
+    constexpr int32_t k_max_dim = 1 << 20;
+    hp.n_layer = r.required_int(r.key("block_count"), 1, 4096);
+    hp.n_embd = r.required_int(r.key("embedding_length"), 1, k_max_dim);
+    hp.n_head = r.required_int(r.key("attention.head_count"), 1, 4096);
+    hp.n_head_kv = r.get_int(r.key("attention.head_count_kv"), hp.n_head, 1, hp.n_head);
+    hp.head_dim = r.get_int(r.key("attention.key_length"), std::max(1, hp.n_embd / hp.n_head), 1, 4096);
+    const int32_t v_dim = r.get_int(r.key("attention.value_length"), hp.head_dim, 1, 4096);
+    hp.n_ctx_train = r.required_int(r.key("context_length"), 1, 1 << 24);
+    hp.n_rot = r.get_int(r.key("rope.dimension_count"), hp.head_dim, 1, 4096);
+    hp.rope_theta = r.get_float(r.key("rope.freq_base"), 10000.0f, 1e-3f, 1e12f);
     const std::string scaling = r.get_string(r.key("rope.scaling.type"));
-    const float factor = r.get_float(r.key("rope.scaling.factor"), 0.0f);
+    const float factor = r.get_float(r.key("rope.scaling.factor"), 0.0f, 0.0f, 1e6f);
     if (!scaling.empty()) hp.rope_scaling_type = scaling;
     if (scaling == "linear" && factor > 0.0f) hp.rope_freq_scale = 1.0f / factor;
     if (scaling == "yarn" || scaling == "longrope") r.fail("RoPE scaling '" + scaling + "' is not supported yet");
 
-    if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
-        r.fail("inconsistent attention hyper-parameters");
+    if (hp.n_head % hp.n_head_kv != 0)
+        r.fail("attention.head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " +
+               std::to_string(hp.n_head_kv));
+    if (hp.head_dim % 2 != 0)
+        r.fail("attention.key_length " + std::to_string(hp.head_dim) + " is odd (RoPE rotates pairs)");
     if (v_dim != hp.head_dim) r.fail("key and value head sizes differ (unsupported)");
     if (hp.n_rot != hp.head_dim) r.fail("partial RoPE is not supported");
     return hp;
@@ -112,7 +118,8 @@ std::unique_ptr<Model> Model::load(const std::string & path, int n_threads) {
         if (n == "output.weight") return true;
         for (const char * s : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".ffn_gate.weight",
                                ".ffn_up.weight", ".ffn_down.weight"})
-            if (n.rfind("blk.", 0) == 0 && n.size() > std::strlen(s) && n.compare(n.size() - std::strlen(s), std::string::npos, s) == 0)
+            if (n.rfind("blk.", 0) == 0 && n.size() > std::strlen(s) &&
+                n.compare(n.size() - std::strlen(s), std::string::npos, s) == 0)
                 return true;
         return false;
     });
@@ -138,7 +145,8 @@ void Model::set_n_threads(int n_threads) {
 }
 
 uint64_t Model::weight_bytes() const {
-    return (repacked_ ? ggml_backend_buffer_get_size(repacked_.get()) : 0) + ggml_backend_buffer_get_size(buffer_.get());
+    return (repacked_ ? ggml_backend_buffer_get_size(repacked_.get()) : 0) +
+           ggml_backend_buffer_get_size(buffer_.get());
 }
 
 std::string Model::backend_name() const {
