@@ -12,6 +12,7 @@
 #include "gguf.h"
 #include "kvlab/engine.h"
 #include "kvlab/error.h"
+#include "kvlab/sys.h"
 #include "kvlab/text.h"
 #include "support/fixtures.h"
 #include "support/tiny_gguf.h"
@@ -168,6 +169,60 @@ TEST_F(BadInput, HyperParametersOutOfRangeOrInconsistentWithTheTensors) {
                       {"tensor 'blk.0.attn_q.weight' has shape [64, 64]; the architecture needs [64, 32]"});
     expect_load_error(edited("embd.gguf", [](gguf_context * g) { gguf_set_val_u32(g, "llama.embedding_length", 32); }),
                       {"tensor 'token_embd.weight' has shape [64, ", "the architecture needs [32, *]"});
+}
+
+TEST_F(BadInput, MemoryRoomAndRequireMemory) {
+    const MemoryRoom room = memory_room();
+    EXPECT_GT(room.bytes, uint64_t(16) << 20) << room.limit;
+    EXPECT_NO_THROW(require_memory(1 << 20, "a small buffer"));
+    try {
+        require_memory(room.bytes + (uint64_t(1) << 40), "a huge buffer");
+        ADD_FAILURE() << "no error";
+    } catch (const MemoryError & e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("[memory] a huge buffer needs " + std::to_string(room.bytes + (uint64_t(1) << 40)) + " bytes"),
+                  std::string::npos)
+            << m;
+        EXPECT_NE(m.find("are available (" + room.limit + ")"), std::string::npos) << m;
+    }
+}
+
+// A context whose KV cache would not fit is refused before any allocation or prefill, with the
+// bytes it needs; a single token repeated 100k times is such a context (and, on the default
+// model, one longer than its 8,192-token window).
+TEST_F(BadInput, ContextTooBigForMemoryIsRefusedUpFrontWithItsSize) {
+    test::TinySpec spec;
+    spec.arch = "llama";
+    spec.n_layer = 4;
+    spec.n_head = 4;
+    spec.n_head_kv = 4;
+    spec.head_dim = 64;  // 4 KiB of F16 K and V per token: 100k tokens need ~400 MiB
+    spec.n_ctx_train = 131072;
+    const std::string wide = test::write_tiny_gguf(spec, test::default_model_path(), dir_ + "/wide.gguf");
+    const std::string small = write("small.txt", "The code is 7431.");
+    std::string words;
+    for (int i = 0; i < 100000; ++i) words += "the ";
+    const std::string big = write("big.txt", words);
+    const std::string ask =
+        test::kvlab_binary() + " ask " + wide + " -t 1 -q 'What is the code?' --max-tokens 4 --context-file ";
+    // the least address space (ulimit -v, in steps of 32 MiB) in which the small context answers
+    int64_t limit_kb = 0;
+    for (int64_t kb = 128 << 10; kb <= int64_t(8) << 20; kb += 32 << 10) {
+        if (test::run_command("bash -c " + shell_quote("ulimit -v " + std::to_string(kb) + "; exec " + ask + small))
+                .exit_code == 0) {
+            limit_kb = kb;
+            break;
+        }
+    }
+    ASSERT_GT(limit_kb, 0) << "the small context never answered under ulimit -v";
+    const auto r = test::run_command(
+        "bash -c " + shell_quote("ulimit -v " + std::to_string(limit_kb + (96 << 10)) + "; exec " + ask + big));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    for (const char * f : {"[memory] a KV cache of ", " bytes (", "are available (ulimit -v)"})
+        EXPECT_NE(r.output.find(f), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("tok/s"), std::string::npos) << "refused only after the prefill:\n" << r.output;
+    expect_cli_error("ask " + test::default_model_path() + " -q hi --context-file " + big,
+                     {"context has 100", "exceeds the model's context of 8192 tokens"});
 }
 
 TEST_F(BadInput, DuplicateTokenInTheVocabulary) {

@@ -14,6 +14,13 @@ public:
         : std::runtime_error("[" + component + "] " + message) {}
 };
 
+// Work refused up front because the machine lacks the memory it needs (require_memory in
+// kvlab/sys.h): "[memory] <what> needs N bytes ...".
+class MemoryError : public Error {
+public:
+    explicit MemoryError(const std::string & message) : Error("memory", message) {}
+};
+
 [[noreturn]] void assert_fail(const char * expr, const char * file, int line, const char * msg);
 
 }  // namespace kvlab

@@ -58,6 +58,19 @@ MemInfo mem_info();  // from /proc/self/status; throws Error("sys", ...) if unre
 void reset_peak_rss();
 bool peak_rss_resettable();  // before any reset: whether /proc/self/clear_refs is writable
 
+// How many more bytes this process may take before something refuses it: the least of the
+// machine's MemAvailable (/proc/meminfo), its cgroup's memory.max less memory.current (cgroup
+// v2), and the address-space and data limits (ulimit -v / -d) less what it uses now. `limit`
+// names the bound that decided it.
+struct MemoryRoom {
+    uint64_t bytes;
+    std::string limit;  // "MemAvailable", "cgroup memory.max", "ulimit -v", "ulimit -d"
+};
+MemoryRoom memory_room();
+// Refuses, before anything is allocated, work that needs more bytes than memory_room():
+// MemoryError: "[memory] <what> needs N bytes (X MiB); only M bytes (Y MiB) are available (limit)").
+void require_memory(uint64_t bytes, const std::string & what);
+
 double now_seconds();  // steady clock, seconds since an arbitrary epoch
 
 // s quoted for /bin/sh: 'it'\''s'.

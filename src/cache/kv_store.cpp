@@ -7,6 +7,7 @@
 #include "ggml.h"
 #include "kvlab/cache.h"
 #include "kvlab/error.h"
+#include "kvlab/sys.h"
 
 namespace kvlab {
 
@@ -46,6 +47,14 @@ void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
         ggml_format_name(l.k, "cache_k_l%zu", il);
         ggml_format_name(l.v, "cache_v_l%zu", il);
     }
+    uint64_t need = 0, rows = 0;
+    for (const auto & l : layers_) {
+        need += ggml_nbytes(l.k) + ggml_nbytes(l.v);
+        rows += uint64_t(l.k->ne[1]);
+    }
+    require_memory(need, "a KV cache of " + std::to_string(rows) + " rows (" + std::to_string(layers_.size()) +
+                             " layers x " + std::to_string(n_head_kv_) + " KV heads, room for " +
+                             std::to_string(rows / (layers_.size() * size_t(n_head_kv_))) + " tokens)");
     buffer_.reset(ggml_backend_alloc_ctx_tensors(ctx_.get(), backend_));
     if (!buffer_) throw Error("cache", "could not allocate " + std::to_string(bytes()) + " bytes of KV cache");
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_COMPUTE);

@@ -8,6 +8,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "kvlab/error.h"
+#include "kvlab/sys.h"
 
 namespace kvlab {
 
@@ -45,6 +46,9 @@ bool supports_matmul(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft, co
 WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend,
                                const std::function<bool(const ggml_tensor *)> & may_repack) {
     WeightBuffers wb;
+    uint64_t need = 0;
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) need += ggml_nbytes(t);
+    require_memory(need, "the model's weights");
     const char * env = std::getenv("KVLAB_REPACK");
     const bool repack = !(env && std::strcmp(env, "0") == 0);
     ggml_backend_dev_t dev = ggml_backend_get_device(backend);

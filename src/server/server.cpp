@@ -45,6 +45,8 @@ void guarded(httplib::Response & res, const std::function<void()> & fn) {
         fn();
     } catch (const ApiError & e) {
         send_error(res, e);
+    } catch (const MemoryError & e) {
+        send_error(res, ApiError(507, e.what(), "", "insufficient_memory"));
     } catch (const Error & e) {
         send_error(res, ApiError(400, e.what()));
     } catch (const std::bad_alloc &) {

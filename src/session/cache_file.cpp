@@ -306,6 +306,7 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
     struct stat st {};
     if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) throw file_error(path, "not a regular file");
     const uint64_t size = uint64_t(st.st_size);
+    require_memory(size, "reading the cache file " + path);
     std::vector<uint8_t> buf(size);
     read_all(fd.fd, buf.data(), buf.size(), 0, path);
     const double read_s = now_seconds() - t0;
