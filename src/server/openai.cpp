@@ -56,7 +56,7 @@ std::vector<ChatMessage> parse_messages(const nlohmann::json & v, const std::str
             content = m["content"];
         } else if (m.contains("content") && m["content"].is_array()) {  // text parts
             for (const auto & part : m["content"]) {
-                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+                if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
                     !part["text"].is_string())
                     throw bad(at + ".content", "parts must be {\"type\": \"text\", \"text\": ...}");
                 content += part["text"].get<std::string>();

@@ -1,20 +1,20 @@
 #include "support/tiny_gguf.h"
 
-#include "kvlab/text.h"
-#include "support/fixtures.h"
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "ggml-cpp.h"
 #include "gguf.h"
 #include "kvlab/error.h"
+#include "kvlab/text.h"
 #include "llama.h"
+#include "support/fixtures.h"
 
 namespace kvlab::test {
 namespace {
@@ -202,6 +202,39 @@ uint32_t file_type(ggml_type t) {
     }
 }
 
+// kv's token table cut to its first n tokens: their types and scores, and the merges whose
+// two halves and result are all kept.
+void keep_first_tokens(gguf_context * kv, uint32_t n) {
+    const int64_t tokens = gguf_find_key(kv, "tokenizer.ggml.tokens");
+    std::vector<std::string> kept;
+    for (uint32_t i = 0; i < n && i < gguf_get_arr_n(kv, tokens); ++i) kept.push_back(gguf_get_arr_str(kv, tokens, i));
+    const std::unordered_set<std::string> known(kept.begin(), kept.end());
+    std::vector<const char *> ptrs;
+    for (const auto & t : kept) ptrs.push_back(t.c_str());
+    gguf_set_arr_str(kv, "tokenizer.ggml.tokens", ptrs.data(), int(ptrs.size()));
+    for (const char * key : {"tokenizer.ggml.token_type", "tokenizer.ggml.scores"}) {
+        const int64_t k = gguf_find_key(kv, key);
+        if (k < 0) continue;
+        const gguf_type t = gguf_get_arr_type(kv, k);
+        const std::vector<char> head(static_cast<const char *>(gguf_get_arr_data(kv, k)),
+                                     static_cast<const char *>(gguf_get_arr_data(kv, k)) + 4 * size_t(kept.size()));
+        gguf_set_arr_data(kv, key, t, head.data(), kept.size());
+    }
+    const int64_t merges = gguf_find_key(kv, "tokenizer.ggml.merges");
+    if (merges < 0) return;
+    std::vector<std::string> keep;
+    for (size_t i = 0; i < gguf_get_arr_n(kv, merges); ++i) {
+        const std::string m = gguf_get_arr_str(kv, merges, i);
+        const size_t sp = m.find(' ');
+        if (sp != std::string::npos && known.count(m.substr(0, sp)) && known.count(m.substr(sp + 1)) &&
+            known.count(m.substr(0, sp) + m.substr(sp + 1)))
+            keep.push_back(m);
+    }
+    ptrs.clear();
+    for (const auto & m : keep) ptrs.push_back(m.c_str());
+    gguf_set_arr_str(kv, "tokenizer.ggml.merges", ptrs.data(), int(ptrs.size()));
+}
+
 // The tokenizer.* keys of the GGUF at path, in a context of their own.
 gguf_context_ptr tokenizer_kv(const std::string & path) {
     gguf_init_params params{};
@@ -250,6 +283,7 @@ void set_hparams(gguf_context * out, const TinySpec & s, uint32_t n_vocab) {
 std::string write_tiny_gguf(const TinySpec & spec, const std::string & vocab_src, const std::string & out_path) {
     validate(spec);
     gguf_context_ptr tok = tokenizer_kv(vocab_src);
+    if (spec.vocab_size > 0) keep_first_tokens(tok.get(), uint32_t(spec.vocab_size));
     const auto n_vocab = uint32_t(gguf_get_arr_n(tok.get(), gguf_find_key(tok.get(), "tokenizer.ggml.tokens")));
 
     gguf_context_ptr out(gguf_init_empty());

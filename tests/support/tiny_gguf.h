@@ -27,6 +27,9 @@ struct TinySpec {
     uint64_t seed = 1;
     bool tie_embeddings = true;             // no output.weight: the LM head is token_embd
     ggml_type weight_type = GGML_TYPE_F32;  // 2-D matrices: F32, F16 or Q8_0; norms and biases stay F32
+    // 0: the source's whole vocabulary; else its first vocab_size tokens (with their types and
+    // the merges among them), a file of a few KiB for fuzzing seeds
+    int vocab_size = 0;
 };
 
 // Writes a GGUF at out_path with every tokenizer.* key of vocab_src (the real default

@@ -1,0 +1,67 @@
+#include "server/context_request.h"
+
+#include "server/api_error.h"
+#include "server/openai.h"
+
+namespace kvlab::server {
+
+ContextRequest parse_context_request(const nlohmann::json & b) {
+    ContextRequest r;
+    if (b.contains("messages")) {
+        if (b.contains("text")) throw ApiError(400, "give 'text' or 'messages', not both", "messages");
+        std::vector<ChatMessage> m = parse_messages(b["messages"], "messages");
+        if (m.back().role != "user")
+            throw ApiError(400, "the last message is the context: it must be a user message", "messages");
+        r.text = m.back().content;
+        m.pop_back();
+        r.before = m;
+    } else if (b.contains("text") && b["text"].is_string()) {
+        r.text = b["text"];
+        if (b.contains("system") && !b["system"].is_null()) {
+            if (!b["system"].is_string()) throw ApiError(400, "'system' must be a string", "system");
+            r.before.push_back({"system", b["system"]});
+        }
+    } else {
+        throw ApiError(400, "give the context as 'text' (a string) or 'messages'", "text");
+    }
+    if (r.text.empty()) throw ApiError(400, "the context is empty", "text");
+    for (const char * key : {"name", "method", "preset"})
+        if (b.contains(key) && !b[key].is_null() && !b[key].is_string())
+            throw ApiError(400, std::string("'") + key + "' must be a string", key);
+    r.name = b.contains("name") && b["name"].is_string() ? b["name"].get<std::string>() : "";
+    r.method = b.contains("method") && b["method"].is_string() ? b["method"].get<std::string>() : "none";
+    r.preset = b.contains("preset") && b["preset"].is_string() ? b["preset"].get<std::string>() : "";
+    if (!r.preset.empty() && r.preset != "kvpress") throw ApiError(400, "'preset' can only be \"kvpress\"", "preset");
+    const bool ratio = b.contains("ratio") && !b["ratio"].is_null(),
+               tokens = b.contains("budget") && !b["budget"].is_null();
+    if (ratio && tokens) throw ApiError(400, "give 'ratio' or 'budget', not both", "budget");
+    if (ratio) {
+        if (!b["ratio"].is_number() || b["ratio"].get<double>() < 0.0 || b["ratio"].get<double>() >= 1.0)
+            throw ApiError(400, "'ratio' must be a number in [0, 1)", "ratio");
+        r.budget = Budget::from_ratio(b["ratio"].get<double>());
+        r.has_budget = true;
+    }
+    if (tokens) {
+        if (!b["budget"].is_number_integer() || b["budget"].get<int64_t>() < 1)
+            throw ApiError(400, "'budget' must be a positive integer (tokens kept per layer)", "budget");
+        r.budget = Budget::from_tokens(b["budget"].get<int64_t>());
+        r.has_budget = true;
+    }
+    if (r.method != "none" && !r.has_budget)
+        throw ApiError(400, "method " + r.method + " needs 'ratio' or 'budget'", "ratio");
+    if (r.method == "none" && r.has_budget) throw ApiError(400, "'ratio' and 'budget' need a 'method'", "method");
+    if (b.contains("params") && !b["params"].is_null()) {
+        if (!b["params"].is_object()) throw ApiError(400, "'params' must be an object", "params");
+        for (const auto & [k, v] : b["params"].items()) {
+            if (v.is_string())
+                r.params[k] = v.get<std::string>();
+            else if (v.is_number() || v.is_boolean())
+                r.params[k] = v.dump();
+            else
+                throw ApiError(400, "'params." + k + "' must be a string, number or boolean", "params");
+        }
+    }
+    return r;
+}
+
+}  // namespace kvlab::server
