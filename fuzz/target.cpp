@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,18 +19,19 @@ std::map<std::string, Target> & registry() {
     return r;
 }
 
-// The process's private directory, removed at exit.
+// The process's private directory, removed at exit (when the static goes).
+struct ScratchDir {
+    std::string path = (std::filesystem::temp_directory_path() / ("kvlab-fuzz-" + std::to_string(getpid()))).string();
+    ScratchDir() { std::filesystem::create_directories(path); }
+    ~ScratchDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
+
 const std::string & scratch_dir() {
-    static const std::string dir = [] {
-        std::string d = (std::filesystem::temp_directory_path() / ("kvlab-fuzz-" + std::to_string(getpid()))).string();
-        std::filesystem::create_directories(d);
-        std::atexit([] {
-            std::error_code ec;
-            std::filesystem::remove_all(scratch_dir(), ec);
-        });
-        return d;
-    }();
-    return dir;
+    static const ScratchDir dir;
+    return dir.path;
 }
 
 }  // namespace
