@@ -17,8 +17,8 @@ void one(const uint8_t * data, size_t size) {
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(data, data + size);
-    } catch (const nlohmann::json::parse_error &) {
-        return;  // the CLI refuses text that is not JSON as such (read_json_file)
+    } catch (const nlohmann::json::exception &) {
+        return;  // the CLI refuses text that is not JSON (or a number too big) as such (read_json_file)
     }
     try {
         const eval::RunConfig cfg = eval::RunConfig::from_json(j);

@@ -596,7 +596,7 @@ std::vector<json> read_records(const std::vector<std::string> & files) {
             json j;
             try {
                 j = json::parse(line);
-            } catch (const json::parse_error & e) {
+            } catch (const json::exception & e) {  // parse_error, and out_of_range for a number too big
                 throw Error("eval", file + ":" + std::to_string(line_no) + ": not JSON (" + e.what() + ")");
             }
             if (!j.is_object())

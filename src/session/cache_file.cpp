@@ -346,7 +346,7 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
             if (n > uint64_t(next_pos) || uint64_t(end - p) < uint64_t(n) * 4)
                 throw file_error(path, "corrupt SEGS section (a segment of " + std::to_string(n) + " rows)");
             pos.resize(n);
-            std::memcpy(pos.data(), p, size_t(n) * 4);
+            if (n > 0) std::memcpy(pos.data(), p, size_t(n) * 4);  // an empty segment has no data() to copy to
             p += size_t(n) * 4;
             total_rows += n;
         }
