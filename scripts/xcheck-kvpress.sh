@@ -22,7 +22,7 @@ trap 'rm -rf "$work"' EXIT
 # the context: real token ids drawn from the vocabulary with a fixed seed (speed does not
 # depend on the text), the same ids for both tools
 prepare_context "$root" "$model" "$tokens" "$work"
-methods=knorm,snapkv,tova,h2o,expected_attention,keydiff,streaming_llm
+methods=knorm,snapkv,tova,h2o,expected_attention,keydiff,streaming_llm,pyramidkv,criticalkv,adakv
 declare -A params=([defaults]="" [preset-kvpress]="--preset kvpress")
 results=()
 for label in defaults preset-kvpress; do

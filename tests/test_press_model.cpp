@@ -517,6 +517,55 @@ TEST_F(PressModel, WrappersAndRandomFollowTheirRules) {
         }
 }
 
+// The kvpress rules behind --preset kvpress (PRESSES.md, "Fidelity to kvpress").
+TEST_F(PressModel, KvpressRulesOfTheWrappers) {
+    const int64_t w = 32;
+    // chunkkv, chunking=kvpress: max(1, int(n_chunks keep)) whole chunks of 20 over all rows
+    // (the window's chunks first), the same for every head
+    const double keep = 0.5;
+    KvStore c = compressed("chunkkv", Budget::from_ratio(1.0 - keep), {{"chunking", "kvpress"}});
+    const int64_t n_chunks = (k_L + 19) / 20, n_kept = int64_t(double(n_chunks) * keep);
+    for (int il = 0; il < c.n_layer(); ++il) {
+        EXPECT_EQ(c.positions(il, 0), c.positions(il, 1));
+        std::vector<int> per_chunk(size_t(n_chunks), 0);
+        for (int32_t p : c.positions(il, 0)) ++per_chunk[p / 20];
+        int whole = 0;
+        for (int64_t i = 0; i < n_chunks; ++i) {
+            const int size = int(std::min<int64_t>(20, k_L - i * 20));
+            EXPECT_TRUE(per_chunk[i] == 0 || per_chunk[i] == size) << "layer " << il << " chunk " << i;
+            whole += per_chunk[i] == size;
+        }
+        EXPECT_EQ(whole, n_kept) << "layer " << il;
+        for (int64_t j = k_L - w; j < k_L; ++j) EXPECT_GT(per_chunk[j / 20], 0) << "window row " << j;
+    }
+    // criticalkv, stages=kvpress: stage 1 is int(0.5 B) rows counting the window, so the top
+    // int(0.5 B) - w candidates by the base score are kept
+    const int64_t B = 96;
+    KvStore snap = compressed("snapkv", Budget::from_tokens(B / 2));
+    KvStore crit = compressed("criticalkv", Budget::from_tokens(B), {{"stages", "kvpress"}});
+    KvStore own = compressed("criticalkv", Budget::from_tokens(B));
+    bool differs = false;
+    for (int il = 0; il < crit.n_layer(); ++il)
+        for (int h = 0; h < crit.n_head_kv(); ++h) {
+            const auto & all = crit.positions(il, h);
+            EXPECT_EQ(int64_t(all.size()), B);
+            for (int32_t p : snap.positions(il, h))
+                EXPECT_TRUE(std::binary_search(all.begin(), all.end(), p)) << "layer " << il << " head " << h;
+            differs = differs || all != own.positions(il, h);
+        }
+    EXPECT_TRUE(differs) << "the kvpress stages kept the rows of kvlab's own";
+    // adakv, allocation=kvpress: every layer keeps H * B rows, each head at least max(1, int(0.2 B))
+    KvStore ada = compressed("adakv", Budget::from_tokens(B), {{"allocation", "kvpress"}});
+    for (int il = 0; il < ada.n_layer(); ++il) {
+        int64_t total = 0;
+        for (int h = 0; h < ada.n_head_kv(); ++h) {
+            total += ada.n_rows(il, h);
+            EXPECT_GE(ada.n_rows(il, h), std::max<int64_t>(w, int64_t(0.2 * double(B))));
+        }
+        EXPECT_EQ(total, B * ada.n_head_kv()) << "layer " << il;
+    }
+}
+
 TEST_F(PressModel, BadInputIsRefused) {
     auto expect_error = [](const std::function<void()> & f, const std::string & fragment) {
         try {

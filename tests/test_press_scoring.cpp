@@ -346,6 +346,36 @@ TEST(PressScoring, KvpressPresetSetsTheMethodsParametersAndParamsOverrideIt) {
         }
 }
 
+// The expected budgets are kvpress 0.5.5's own PyramidKVPress.get_layer_budget (window 64,
+// beta 20) on a stand-in module, one call per layer.
+TEST(PressScoring, PyramidBudgetsUnderTheKvpressRuleAreKvpresss) {
+    const std::vector<int64_t> half = {1936, 1871, 1807, 1742, 1678, 1613, 1549, 1484, 1420, 1355,
+                                       1290, 1226, 1161, 1097, 1032, 968,  903,  839,  774,  710,
+                                       645,  580,  516,  451,  387,  322,  258,  193,  129,  64};
+    EXPECT_EQ(press::pyramid_budgets_kvpress(2000, 1.0 - 0.5, 64, 30, 20), half);
+    EXPECT_EQ(press::pyramid_budgets_kvpress(2000, 1.0 - 0.875, 64, 30, 20), std::vector<int64_t>(30, 250));
+    EXPECT_EQ(press::pyramid_budgets_kvpress(751, 1.0 - 0.75, 64, 30, 20), std::vector<int64_t>(30, 188));
+    EXPECT_EQ(press::pyramid_budgets_kvpress(100, 1.0 - 0.5, 64, 4, 20), std::vector<int64_t>(4, 50));
+    const std::vector<int64_t> odd = {1937, 1856, 1774, 1693, 1611, 1530, 1448, 1367, 1286, 1204, 1123, 1041,
+                                      960,  878,  797,  715,  634,  553,  471,  390,  308,  227,  145,  64};
+    EXPECT_EQ(press::pyramid_budgets_kvpress(2001, 1.0 - 0.5, 64, 24, 20), odd);
+}
+
+// kvpress's AdaKVPress rule by hand: 2 heads of 5 candidates.
+TEST(PressScoring, AdaKvBudgetsUnderTheKvpressRule) {
+    const std::vector<std::vector<float>> s = {{0.9f, 0.8f, 0.7f, 0.6f, 0.5f}, {0.05f, 0.04f, 0.03f, 0.02f, 0.95f}};
+    // b 2 (4 kept), safe 1: each head keeps its top (0.9, 0.95), the 2 left go to 0.8 and 0.7 of head 0
+    EXPECT_EQ(press::adakv_head_budgets_kvpress(s, 2, 1), (std::vector<int64_t>{3, 1}));
+    // safe = b: each head keeps its own top b
+    EXPECT_EQ(press::adakv_head_budgets_kvpress(s, 2, 2), (std::vector<int64_t>{2, 2}));
+    // safe 0: the global top 4 of all ten (0.95 of head 1, then head 0's best three)
+    EXPECT_EQ(press::adakv_head_budgets_kvpress(s, 2, 0), (std::vector<int64_t>{3, 1}));
+    // b 3, safe 0: 0.95, 0.9 .. 0.5: head 0 keeps all five
+    EXPECT_EQ(press::adakv_head_budgets_kvpress(s, 3, 0), (std::vector<int64_t>{5, 1}));
+    // b past the rows: everything
+    EXPECT_EQ(press::adakv_head_budgets_kvpress(s, 9, 1), (std::vector<int64_t>{5, 5}));
+}
+
 TEST(PressScoring, PyramidBudgetsMatchFormula) {
     const auto lit = press::pyramid_budgets(751, 188, 32, 30, 20);  // min 7, max 305, step 298//29 = 10
     ASSERT_EQ(lit.size(), 30u);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Kept rows of kvpress's presses against kvlab's plans on the same GGUF and token ids: per
 (method, ratio) the mean and minimum Jaccard similarity over (layer, KV head) of the kept row
-sets. kvpress's kept rows are its ScorerPress rule: the top int(L * (1 - cr)) scores of each
-KV head, captured from press.score; kvlab's come from `kvlab bench-methods --dump-plans`.
-Only ScorerPress methods are compared (their selection is that one rule)."""
+sets. kvpress's kept rows are its ScorerPress rule: the top n_kept scores of each KV head,
+captured from press.score, with n_kept = int(L * (1 - cr)) (PyramidKV: its own
+get_layer_budget per layer); kvlab's come from `kvlab bench-methods --dump-plans`. Only
+presses whose selection is that rule are compared (CriticalKV wraps SnapKVPress)."""
 import argparse
 import json
 import os
@@ -18,6 +19,9 @@ KVPRESS = {
     "expected_attention": "ExpectedAttentionPress",
     "keydiff": "KeyDiffPress",
     "streaming_llm": "StreamingLLMPress",
+    "pyramidkv": "PyramidKVPress",
+    "criticalkv": "CriticalKVPress",
+    "adakv": "AdaKVPress",
 }
 
 
@@ -53,16 +57,37 @@ def main():
         plan_path = os.path.join(a.plans, m + ".json")
         if m not in KVPRESS or not os.path.exists(plan_path):
             continue
-        press = getattr(kvpress, KVPRESS[m])(compression_ratio=a.ratio)
+        if m == "criticalkv":
+            press = kvpress.CriticalKVPress(press=kvpress.SnapKVPress(compression_ratio=a.ratio))
+        elif m == "adakv":
+            press = kvpress.AdaKVPress(press=kvpress.SnapKVPress(compression_ratio=a.ratio))
+        else:
+            press = getattr(kvpress, KVPRESS[m])(compression_ratio=a.ratio)
+        budgets = {}
         captured = {}
-        original = press.score
+        original = press.press.score if m == "adakv" else press.score
 
-        def score(module, *args, _orig=original, _cap=captured):
+        def score(module, *args, _orig=original, _cap=captured, _press=press, _budgets=budgets):
             s = _orig(module, *args)
             _cap[module.layer_idx] = s.detach().float().clone()
+            if hasattr(_press, "get_layer_budget"):
+                _budgets[module.layer_idx] = _press.get_layer_budget(module, s.shape[-1])
             return s
 
-        press.score = score
+        masked = {}
+        if m == "adakv":  # its selection is its own: the rows it masks, per (layer, head)
+            compress = press.compress
+
+            def masking(module, *args, _orig=compress, _masked=masked):
+                out = _orig(module, *args)
+                _, heads, seqs = module.masked_key_indices
+                _masked[module.layer_idx] = list(zip(heads.tolist(), seqs.tolist()))
+                return out
+
+            press.compress = masking
+            press.press.score = score
+        else:
+            press.score = score
         model = model_for(m)
         with torch.no_grad(), press(model):
             model.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
@@ -72,11 +97,14 @@ def main():
         for il in sorted(captured):
             s = captured[il][0]  # [H_kv, L]
             for h in range(s.shape[0]):
-                ref = set(s[h].topk(n_kept).indices.tolist())
+                if il in masked:
+                    ref = set(range(L)) - {j for hh, j in masked[il] if hh == h}
+                else:
+                    ref = set(s[h].topk(budgets.get(il, n_kept)).indices.tolist())
                 got = set(plan["kept"][il][h])
                 js.append(len(ref & got) / max(1, len(ref | got)))
         rows.append({"method": m, "kvlab_params": plan["params"], "ratio": a.ratio, "n_kept_kvpress": n_kept,
-                     "n_kept_kvlab": len(plan["kept"][0][0]), "mean_jaccard": sum(js) / len(js), "min_jaccard": min(js),
+                     "n_kept_kvlab": sum(len(x) for x in plan["kept"][0]) // len(plan["kept"][0]), "mean_jaccard": sum(js) / len(js), "min_jaccard": min(js),
                      "n_segments": len(js)})
         print(f"[xcheck] {a.label}: {m} ratio {a.ratio}: mean J {rows[-1]['mean_jaccard']:.3f}, "
               f"min {rows[-1]['min_jaccard']:.3f}", file=sys.stderr)

@@ -92,6 +92,52 @@ std::vector<int64_t> pyramid_budgets(int64_t L, int64_t B, int64_t w, int n_laye
     return out;
 }
 
+std::vector<int64_t> pyramid_budgets_kvpress(int64_t L, double keep, int64_t w, int n_layer, int64_t beta) {
+    const auto round_even = [](double x) { return int64_t(std::nearbyint(x)); };  // FE_TONEAREST: half to even
+    const double mcp = double(w) + double(L) * keep;
+    double mn = (mcp - double(w)) / double(beta), mx = (mcp - double(w)) * 2 - mn;
+    if (mx >= double(L - w)) {
+        mx = double(L - w);
+        mn = (mcp - double(w)) * 2 - mx;
+    }
+    if (!(double(L) >= mx && mx >= mn && mn >= double(w)))
+        return std::vector<int64_t>(n_layer, std::max<int64_t>(1, round_even(double(L) * keep)));
+    const double steps = n_layer > 1 ? (mx - mn) / double(n_layer - 1) : 0.0;
+    std::vector<int64_t> out(n_layer);
+    for (int l = 0; l < n_layer; ++l) out[l] = std::min<int64_t>(L, round_even(mx - double(l) * steps));
+    return out;
+}
+
+std::vector<int64_t> adakv_head_budgets_kvpress(const std::vector<std::vector<float>> & scores, int64_t b,
+                                                int64_t safe) {
+    const int H = int(scores.size());
+    std::vector<int64_t> out(H, 0);
+    if (H == 0) return out;
+    const int64_t rows = int64_t(scores[0].size());
+    b = std::clamp<int64_t>(b, 0, rows);
+    safe = std::clamp<int64_t>(safe, 0, b);
+    struct Cand {
+        float score;
+        int h;
+        int32_t j;
+    };
+    std::vector<Cand> rest;
+    for (int h = 0; h < H; ++h) {
+        std::vector<int32_t> order(static_cast<size_t>(rows));
+        std::iota(order.begin(), order.end(), 0);
+        const auto & sc = scores[h];
+        std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return sc[x] > sc[y]; });
+        out[h] = safe;
+        for (int64_t r = safe; r < rows; ++r) rest.push_back({sc[order[r]], h, order[r]});
+    }
+    const int64_t more = int64_t(H) * (b - safe);
+    std::stable_sort(rest.begin(), rest.end(), [](const Cand & x, const Cand & y) {
+        return x.score > y.score || (x.score == y.score && (x.h < y.h || (x.h == y.h && x.j < y.j)));
+    });
+    for (int64_t i = 0; i < more && i < int64_t(rest.size()); ++i) ++out[rest[i].h];
+    return out;
+}
+
 std::vector<int64_t> adakv_head_budgets(const std::vector<std::vector<float>> & scores, int64_t b, double alpha) {
     const int H = int(scores.size());
     std::vector<int64_t> out(H);

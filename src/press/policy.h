@@ -28,6 +28,12 @@ std::vector<int32_t> keep_rows(const Scores & s, const std::vector<float> & scor
 // PyramidKV's per-layer budgets (window included) for a context of L rows, budget B,
 // window w, n_layer layers and beta (PRESSES.md; KVCache-Factory's floored step).
 std::vector<int64_t> pyramid_budgets(int64_t L, int64_t B, int64_t w, int n_layer, int64_t beta);
+// kvpress's PyramidKVPress.get_layer_budget, in its double arithmetic and Python's round
+// (half to even): max_capacity_prompt = w + L keep (keep = 1 - cr), min = (mcp - w) / beta,
+// max = 2 (mcp - w) - min, max clamped to L - w (min moved to keep the mean); layer l keeps
+// round(max - l (max - min) / (n_layer - 1)), window included; when not L >= max >= min >= w,
+// every layer keeps max(1, round(L keep)).
+std::vector<int64_t> pyramid_budgets_kvpress(int64_t L, double keep, int64_t w, int n_layer, int64_t beta);
 
 // Ada-KV: budgets of the layer's heads for their non-forced rows, b each on average.
 // scores[h][j] over the candidate rows (forced rows excluded). The global top H*b over
@@ -35,5 +41,11 @@ std::vector<int64_t> pyramid_budgets(int64_t L, int64_t B, int64_t w, int n_laye
 // is then made exactly H*b by the same global ranking (adding the best unselected, or
 // removing the worst selected above the floor(alpha b) safeguard). b_h <= rows.
 std::vector<int64_t> adakv_head_budgets(const std::vector<std::vector<float>> & scores, int64_t b, double alpha);
+// kvpress's AdaKVPress on the same candidates: each head first keeps its top `safe` rows,
+// then the layer's other H*b - H*safe kept rows are the global top of the rest (ties: lower
+// head, then lower row). b and safe count candidates (kvpress's n_kept and
+// max(1, int(alpha n_kept)) less the forced rows, which its padded scores put first).
+std::vector<int64_t> adakv_head_budgets_kvpress(const std::vector<std::vector<float>> & scores, int64_t b,
+                                                int64_t safe);
 
 }  // namespace kvlab::press

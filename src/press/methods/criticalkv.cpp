@@ -38,7 +38,8 @@ std::vector<float> output_matrix(const Model & m, int il) {
 
 class CriticalPress : public Press {
 public:
-    CriticalPress(std::unique_ptr<Scorer> base, const Model & m) : base_(std::move(base)), model_(m) {}
+    CriticalPress(std::unique_ptr<Scorer> base, const Model & m, bool kvpress_stages)
+        : base_(std::move(base)), model_(m), kvpress_(kvpress_stages) {}
     const QueryObserver * observer(KvStore & cache, int64_t L) override {
         observe_s_ = 0.0;
         return base_->observer(cache, L, &observe_s_);
@@ -51,7 +52,15 @@ public:
         if (B >= s.L) return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), B));
         const HParams & hp = model_.hparams();
         const int group = hp.n_gqa(), d = hp.head_dim;
-        const int64_t n = B - s.forced(), first = n / 2;
+        const int64_t n = B - s.forced();
+        // stage 1: half the candidates (kvlab); or kvpress's int(0.5 (1 - cr) L) rows counting the
+        // window (its padded scores put the window first), so the candidates get what it leaves
+        const double keep = budget.tokens >= 0 ? double(budget.tokens) / double(s.L) : 1.0 - budget.ratio;
+        const int64_t first =
+            kvpress_ ? std::clamp<int64_t>(std::max<int64_t>(1, int64_t(keep * double(s.L) * 0.5)) - s.forced(), 0, n)
+                     : n / 2;
+        // epsilon: kvpress adds it to the window MEAN, kvlab's window scores are sums over it
+        const float eps = kvpress_ && s.window > 0 ? k_eps * float(s.window) : k_eps;
         KeepPlan plan(hp.n_layer, std::vector<std::vector<int32_t>>(hp.n_head_kv));
         parallel_for(hp.n_layer, model_.n_threads(), [&](int64_t il) {
             const std::vector<float> w = output_matrix(model_, int(il));
@@ -77,7 +86,7 @@ public:
                         }
                         for (float x : out) norm += std::fabs(x);
                     }
-                    stage2[j] = (s.s[il][h][j] + k_eps) * float(norm / group);
+                    stage2[j] = (s.s[il][h][j] + eps) * float(norm / group);
                 }
                 std::vector<int32_t> keep = keep_rows(s, s.s[il][h], first);
                 std::vector<char> taken(size_t(s.L), 0);
@@ -96,17 +105,28 @@ public:
 private:
     std::unique_ptr<Scorer> base_;
     const Model & model_;
+    bool kvpress_;
 };
 
 const MethodRegistrar reg([] {
     Registration r;
-    r.info = {
-        "criticalkv", "wrapper: half the budget by base score, half by base score x ||W_o v||_1", {}, true, false};
+    r.info = {"criticalkv",
+              "wrapper: half the budget by base score, half by base score x ||W_o v||_1",
+              {{"stages", "kvlab",
+                "kvlab: stage 1 is half the candidates, epsilon added to the window score; kvpress: stage 1 is "
+                "int(0.5 (1 - cr) L) rows counting the window, epsilon added to the window mean"}},
+              true,
+              false};
     r.make = [](const Params & p, const Model & m) -> std::unique_ptr<Press> {
-        return std::make_unique<CriticalPress>(make_base_scorer(p, m), m);
+        const std::string stages = p.get_string("stages");
+        if (stages != "kvlab" && stages != "kvpress")
+            throw Error("press", "criticalkv: stages must be kvlab or kvpress, not '" + stages + "'");
+        return std::make_unique<CriticalPress>(make_base_scorer(p, m), m, stages == "kvpress");
     };
-    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
-    r.info.kvpress_differs = "kvpress adds epsilon to the window mean (kvlab to the sum) and its stage 1 is int(0.5 (1 - cr) L) rows, window included";
+    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"stages", "kvpress"}};
+    r.info.kvpress_differs =
+        "kvpress adds epsilon to the window mean (kvlab to the sum) and its stage 1 is int(0.5 (1 - cr) L) rows, "
+        "window included (stages=kvpress)";
     return r;
 });
 

@@ -9,17 +9,32 @@ const MethodRegistrar reg([] {
     Registration r;
     auto params = window_params();
     params.push_back({"beta", "20", "the last layer keeps about (B - w) / beta rows besides the window"});
+    params.push_back({"budgets", "factory",
+                      "factory: KVCache-Factory's formula (the window on top of B, floored step); kvpress: "
+                      "PyramidKVPress's (window + L(1-cr) falling linearly, the window inside, rounded)"});
     r.info = {"pyramidkv", "SnapKV's scores; per-layer budgets falling linearly with depth", params, false, true};
     r.make = [](const Params & p, const Model & m) {
         const int64_t beta = p.get_int("beta");
         if (beta < 1) throw Error("press", "pyramidkv: beta must be at least 1");
-        return scored_press(make_window_scorer(p, m), [beta](const Scores & s, const Budget & b, const KvStore &) {
-            check_budget(s, b.per_layer(s.L));
-            return select_per_layer_budget(s, pyramid_budgets(s.L, b.per_layer(s.L), s.window, int(s.s.size()), beta));
-        });
+        const std::string rule = p.get_string("budgets");
+        if (rule != "factory" && rule != "kvpress")
+            throw Error("press", "pyramidkv: budgets must be factory or kvpress, not '" + rule + "'");
+        return scored_press(
+            make_window_scorer(p, m), [beta, rule](const Scores & s, const Budget & b, const KvStore &) {
+                check_budget(s, b.per_layer(s.L));
+                const int n_layer = int(s.s.size());
+                if (rule == "kvpress") {
+                    const double keep = b.tokens >= 0 ? double(b.tokens) / double(s.L) : 1.0 - b.ratio;
+                    return select_per_layer_budget(s, pyramid_budgets_kvpress(s.L, keep, s.window, n_layer, beta));
+                }
+                return select_per_layer_budget(s, pyramid_budgets(s.L, b.per_layer(s.L), s.window, n_layer, beta));
+            });
     };
-    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
-    r.info.kvpress_differs = "budgets: kvpress gives layer l window + L(1-cr) falling linearly (max_capacity_prompt), the window inside each layer's count, uniform when the smallest would be under the window; kvlab follows KVCache-Factory's beta formula";
+    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"budgets", "kvpress"}};
+    r.info.kvpress_differs =
+        "budgets: kvpress gives layer l window + L(1-cr) falling linearly (max_capacity_prompt), the window inside "
+        "each layer's count, uniform when the smallest would be under the window (budgets=kvpress); kvlab's default "
+        "follows KVCache-Factory's formula";
     return r;
 });
 }  // namespace
