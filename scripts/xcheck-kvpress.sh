@@ -3,16 +3,19 @@
 # per method and ratio: the mean and minimum Jaccard similarity over (layer, KV head) of the
 # kept row sets, for kvlab's defaults and for kvlab's `--preset kvpress` (the parameters that
 # follow kvpress's rules; `kvlab methods` lists them and what still differs). Not part of CI: it uses the venv of scripts/bench-kvpress.sh (torch, kvpress).
-#   scripts/xcheck-kvpress.sh [MODEL] [--tokens 2000] [--ratios "0.5 0.875"] [--out FILE]
+#   scripts/xcheck-kvpress.sh [MODEL] [--tokens 2000] [--ratios "0.5 0.875"] [--f32] [--out FILE]
+# --f32: both tools run a float32 copy of the GGUF (scripts/kvpress/dequantize.py), so that
+# the quantized weights and kvlab's 8-bit activations are out of the comparison.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-model=smollm2-135m tokens=2000 ratios="0.5 0.875" out=""
+model=smollm2-135m tokens=2000 ratios="0.5 0.875" out="" f32=0
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then model=$1; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --tokens) tokens=$2; shift 2 ;;
     --ratios) ratios=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --f32) f32=1; shift ;;
     *) echo "xcheck-kvpress: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -22,6 +25,10 @@ trap 'rm -rf "$work"' EXIT
 # the context: real token ids drawn from the vocabulary with a fixed seed (speed does not
 # depend on the text), the same ids for both tools
 prepare_context "$root" "$model" "$tokens" "$work"
+if [ "$f32" = 1 ]; then
+  "$python" "$root/scripts/kvpress/dequantize.py" "$gguf" "$work/$(basename "$gguf" .gguf)-f32.gguf"
+  gguf="$work/$(basename "$gguf" .gguf)-f32.gguf"
+fi
 methods=knorm,snapkv,tova,h2o,expected_attention,keydiff,streaming_llm,pyramidkv,criticalkv,adakv
 declare -A params=([defaults]="" [preset-kvpress]="--preset kvpress")
 results=()
