@@ -6,6 +6,7 @@ default ~/.cache/kvlab/models/smollm2-135m-0.1.2.gguf).
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -33,8 +34,9 @@ class KvlabServer:
     """`with KvlabServer(store=..., extra=[...]) as s:` -> s.url, s.port, s.log(). Without a
     store it makes a temporary one and removes it when it stops."""
 
-    def __init__(self, store=None, extra=(), threads=2):
+    def __init__(self, store=None, extra=(), threads=2, address_space=None):
         self._own_store = store is None
+        self.address_space = address_space  # bytes: the process's RLIMIT_AS (ulimit -v), or None
         self.store = store or tempfile.mkdtemp(prefix="kvlab-test-store-")
         self.extra = list(extra)
         self.threads = threads
@@ -52,7 +54,14 @@ class KvlabServer:
     def start(self):
         cmd = [kvlab_binary(), "serve", model_path(), "--port", "0", "--store", self.store,
                "-t", str(self.threads)] + self.extra
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        limit = self.address_space
+
+        def limits():
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=limits)
         got = threading.Event()
 
         def pump():
@@ -96,6 +105,14 @@ class KvlabServer:
 
     def log(self):
         return "".join(self._log)
+
+    def vm_peak(self):
+        """The process's peak address space (VmPeak of /proc/PID/status), in bytes."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmPeak for kvlab serve")
 
     def request(self, method, path, body=None, headers=None, raw=None):
         """(status, parsed JSON or text, headers); never raises for HTTP errors."""

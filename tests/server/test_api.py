@@ -275,6 +275,28 @@ class StoreBudgetAndRestart(unittest.TestCase):
             self.assertEqual(self.answer(s, b["id"])[0], b_answer)
 
 
+class MemoryUpFront(unittest.TestCase):
+    def test_a_context_too_big_for_memory_is_a_507_naming_its_bytes(self):
+        with KvlabServer() as s:
+            st, a, _ = s.post("/v1/contexts", {"text": haystack(3000)})
+            self.assertEqual(st, 201, a)
+            peak = s.vm_peak()
+        # the same server with its measured peak address space + 100 MiB: that context still
+        # fits; one of ~7,000 tokens (~160 MiB of F16 rows) is refused before its prefill
+        with KvlabServer(address_space=peak + 100 * 2**20) as s:
+            st, a, _ = s.post("/v1/contexts", {"text": haystack(3000)})
+            self.assertEqual(st, 201, a)
+            st, r, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}],
+                                                        "context": a["id"], "temperature": 0, "max_tokens": 16})
+            self.assertEqual(st, 200, r)
+            st, err, _ = s.post("/v1/contexts", {"text": haystack(30000)})
+            self.assertEqual(st, 507, err)
+            self.assertEqual(err["error"]["code"], "insufficient_memory")
+            self.assertRegex(err["error"]["message"], r"\[memory\] a KV cache of \d+ rows .* needs \d+ bytes .* "
+                                                      r"are available \(ulimit -v\)")
+            self.assertEqual(s.get("/health")[0], 200)
+
+
 class Parallel(unittest.TestCase):
     def test_slots_and_bounded_queue(self):
         with KvlabServer(extra=["--parallel", "2", "--queue", "0"]) as s:
