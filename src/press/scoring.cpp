@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -108,19 +109,18 @@ std::vector<float> pool1d(const std::vector<float> & x, int kernel, Pool pool) {
 
 namespace {
 
-// The attention rows of n query rows x their group's heads against keys k ([nk][d]) where
-// row r sees keys [0, visible(r)): the keys transposed to [d][nk] so that one query's scores
+// The attention scores of n query rows x their group's heads against keys (transposed to
+// [d][n_pad]) where row r sees keys [0, visible(r)): the transposed layout makes one query's scores
 // over its keys are FMA loops along the keys (vectorised, no horizontal sums), a tile of rows
 // x the group's heads sharing each pass over them (block_scores). For each query vector,
-// take(r, e, vis, sum) gets e[j] = exp(score_j - max) for j < vis and their sum.
+// take(r, s, vis) gets its scaled scores s[j] = q.k_j / sqrt(d) for j < vis (s may be
+// overwritten).
 template <class Visible, class Take>
-void tiled_attention(const float * q, int64_t q_stride, int64_t n, const float * k, int64_t nk, int group, int d,
-                     const Visible & visible, const Take & take) {
-    const int64_t nk_pad = (nk + k_block - 1) / k_block * k_block;  // zero keys past the end
+void tiled_scores(const float * q, int64_t q_stride, int64_t n, const TransposedKeys & keys, int group,
+                  const Visible & visible, const Take & take) {
+    const int d = keys.d;
+    const int64_t nk_pad = keys.n_pad;
     const float scale = 1.0f / std::sqrt(float(d));
-    std::vector<float> kt(static_cast<size_t>(d * nk_pad), 0.0f);
-    for (int64_t j = 0; j < nk; ++j)
-        for (int e = 0; e < d; ++e) kt[size_t(e) * nk_pad + j] = k[j * d + e];
     // a tile of rows, all their group's heads: up to k_max_vecs query vectors per pass
     const int tile = std::max(1, k_max_vecs / group);
     std::vector<float> p(static_cast<size_t>(tile * group * nk_pad));
@@ -135,22 +135,17 @@ void tiled_attention(const float * q, int64_t q_stride, int64_t n, const float *
         const int64_t vis_max = visible(r1 - 1);  // the tile's last row sees the most keys
         for (int v0 = 0; v0 < nv; v0 += k_max_vecs) {
             const int nb = std::min(k_max_vecs, nv - v0);
-            block_scores_for[nb - 1](kt.data(), nk_pad, vis_max, qs.data() + size_t(v0) * d, d,
+            block_scores_for[nb - 1](keys.kt.data(), nk_pad, vis_max, qs.data() + size_t(v0) * d, d,
                                      p.data() + size_t(v0) * nk_pad);
         }
-        for (int v = 0; v < nv; ++v) {
-            const int64_t vis = visible(r0 + v / group);
-            float * pg = p.data() + size_t(v) * nk_pad;
-            float m = pg[0];
-            for (int64_t j = 1; j < vis; ++j) m = std::max(m, pg[j]);
-            float sum = 0.0f;
-            for (int64_t j = 0; j < vis; ++j) {
-                pg[j] = std::exp(pg[j] - m);
-                sum += pg[j];
-            }
-            take(r0 + v / group, pg, vis, sum);
-        }
+        for (int v = 0; v < nv; ++v) take(r0 + v / group, p.data() + size_t(v) * nk_pad, visible(r0 + v / group));
     }
+}
+
+float max_of(const float * s, int64_t n) {
+    float m = s[0];
+    for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
+    return m;
 }
 
 }  // namespace
@@ -158,9 +153,15 @@ void tiled_attention(const float * q, int64_t q_stride, int64_t n, const float *
 void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_t p0, const float * k, int group, int d,
                             float * col) {
     const float inv = 1.0f / float(group);
-    tiled_attention(
-        q, q_stride, n, k, p0 + n, group, d, [p0](int64_t r) { return p0 + r + 1; },
-        [&](int64_t, const float * e, int64_t vis, float sum) {
+    tiled_scores(
+        q, q_stride, n, TransposedKeys(k, p0 + n, d), group, [p0](int64_t r) { return p0 + r + 1; },
+        [&](int64_t, float * e, int64_t vis) {
+            const float m = max_of(e, vis);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < vis; ++j) {
+                e[j] = std::exp(e[j] - m);
+                sum += e[j];
+            }
             const float w = inv / sum;
             for (int64_t j = 0; j < vis; ++j) col[j] += e[j] * w;
         });
@@ -174,14 +175,36 @@ std::vector<float> last_query_attention(const float * q, const float * k, int64_
     return p;
 }
 
+TransposedKeys::TransposedKeys(const float * k, int64_t n_keys, int dim)
+    : kt(static_cast<size_t>(dim * ((n_keys + k_block - 1) / k_block * k_block)), 0.0f),
+      n(n_keys),
+      n_pad((n_keys + k_block - 1) / k_block * k_block),
+      d(dim) {
+    for (int64_t j = 0; j < n; ++j)
+        for (int e = 0; e < d; ++e) kt[size_t(e) * n_pad + j] = k[j * d + e];
+}
+
+void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const TransposedKeys & kt,
+                              int64_t n_fixed, int64_t n_rep, int group, float * best) {
+    KVLAB_ASSERT(kt.n == n_fixed + n_rep, "the restricted keys are the fixed and the repeat keys");
+    // in the log domain: log p_j = s_j - (max + log sum), so the exps are summed, never
+    // stored, and the max over queries is a subtraction and a max per key
+    std::vector<float> log_best(static_cast<size_t>(n_fixed), std::numeric_limits<float>::lowest());
+    tiled_scores(
+        q, q_stride, n, kt, group, [&](int64_t r) { return n_fixed + std::min(n_rep, r0 + r + 1); },
+        [&](int64_t, const float * s, int64_t vis) {
+            const float m = max_of(s, vis);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < vis; ++j) sum += std::exp(s[j] - m);
+            const float c = m + std::log(sum);
+            for (int64_t j = 0; j < n_fixed; ++j) log_best[j] = std::max(log_best[j], s[j] - c);
+        });
+    for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], std::exp(log_best[j]));
+}
+
 void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const float * k,
                               int64_t n_fixed, int64_t n_rep, int group, int d, float * best) {
-    tiled_attention(
-        q, q_stride, n, k, n_fixed + n_rep, group, d, [&](int64_t r) { return n_fixed + std::min(n_rep, r0 + r + 1); },
-        [&](int64_t, const float * e, int64_t, float sum) {
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], e[j] * inv);
-        });
+    restricted_max_attention(q, q_stride, n, r0, TransposedKeys(k, n_fixed + n_rep, d), n_fixed, n_rep, group, best);
 }
 
 std::vector<float> negative_key_norms(const float * k, int64_t L, int d) {

@@ -46,6 +46,18 @@ std::vector<float> last_query_attention(const float * q, const float * k, int64_
 void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const float * k,
                               int64_t n_fixed, int64_t n_rep, int group, int d, float * best);
 
+// Keys [n][d] transposed to [d][n_pad] (zero keys past n), the layout of the tiled score
+// kernel: made once and shared by every block of queries that scores against them.
+struct TransposedKeys {
+    TransposedKeys(const float * k, int64_t n, int d);
+    std::vector<float> kt;
+    int64_t n, n_pad;
+    int d;
+};
+// restricted_max_attention on keys transposed once (kt.n == n_fixed + n_rep).
+void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const TransposedKeys & kt,
+                              int64_t n_fixed, int64_t n_rep, int group, float * best);
+
 // Knorm: -||k_j||_2 for each of L keys [L][d].
 std::vector<float> negative_key_norms(const float * k, int64_t L, int d);
 
@@ -60,8 +72,7 @@ std::vector<float> keydiff(const float * k, int64_t L, int d);
 //   [n_sink, L) only (kvpress drops the sinks first: they would soak up its mass); the
 //   sinks, always kept, score 0.
 std::vector<float> expected_attention(const float * mu, const float * sigma, const float * k, const float * v,
-                                      int64_t L, int64_t n_sink, int group, int d, bool use_covariance,
-                                      bool use_vnorm);
+                                      int64_t L, int64_t n_sink, int group, int d, bool use_covariance, bool use_vnorm);
 
 // Top-n row indices of scores[0..n_rows) (higher first, ties to the lower index),
 // returned ascending.

@@ -123,12 +123,14 @@ private:
         const int64_t sink = std::min(n_sink_, L_), n_chunk = p.c1 - p.c0, n_fixed = sink + n_chunk;
         const int64_t n_rep = tok0 + n;
         const int64_t q_stride = int64_t(hp_.n_head) * d;
-        // the restricted keys of every head: sinks, the chunk's rows, the repeat rows so far
-        std::vector<std::vector<float>> k(size_t(hp_.n_head_kv));
+        // the restricted keys of every head: sinks, the chunk's rows, the repeat rows so far,
+        // transposed once for all the blocks of queries
+        std::vector<TransposedKeys> k;
         for (int h = 0; h < hp_.n_head_kv; ++h) {
-            k[h] = cache.read_k(il, h, 0, sink);
+            std::vector<float> kh = cache.read_k(il, h, 0, sink);
             for (const auto & part : {cache.read_k(il, h, p.c0, n_chunk), cache.read_k(il, h, L_, n_rep)})
-                k[h].insert(k[h].end(), part.begin(), part.end());
+                kh.insert(kh.end(), part.begin(), part.end());
+            k.emplace_back(kh.data(), n_fixed + n_rep, d);
         }
         // tasks: (head, block of query rows), each with its own maxima, merged after
         constexpr int64_t rows_per_task = 64;
@@ -137,8 +139,8 @@ private:
         parallel_for(hp_.n_head_kv * n_blocks, n_threads_, [&](int64_t t) {
             const int64_t h = t / n_blocks, r0 = (t % n_blocks) * rows_per_task, nr = std::min(rows_per_task, n - r0);
             best[t].assign(size_t(n_fixed), 0.0f);
-            restricted_max_attention(q + r0 * q_stride + h * group * d, q_stride, nr, tok0 + r0, k[h].data(), n_fixed,
-                                     n_rep, group, d, best[t].data());
+            restricted_max_attention(q + r0 * q_stride + h * group * d, q_stride, nr, tok0 + r0, k[h], n_fixed, n_rep,
+                                     group, best[t].data());
         });
         for (int64_t t = 0; t < int64_t(best.size()); ++t) {
             std::vector<float> & out = best_[il][t / n_blocks];
