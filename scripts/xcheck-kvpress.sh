@@ -3,12 +3,13 @@
 # per method and ratio: the mean and minimum Jaccard similarity over (layer, KV head) of the
 # kept row sets, for kvlab's defaults and for kvlab's `--preset kvpress` (the parameters that
 # follow kvpress's rules; `kvlab methods` lists them and what still differs). Not part of CI: it uses the venv of scripts/bench-kvpress.sh (torch, kvpress).
-#   scripts/xcheck-kvpress.sh [MODEL] [--tokens 2000] [--ratios "0.5 0.875"] [--f32] [--out FILE]
+#   scripts/xcheck-kvpress.sh [MODEL] [--tokens 2000] [--ratios "0.5 0.875"] [--f32] [--preset-only] [--methods A,B] [--out FILE]
 # --f32: both tools run a float32 copy of the GGUF (scripts/kvpress/dequantize.py), so that
 # the quantized weights and kvlab's 8-bit activations are out of the comparison.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-model=smollm2-135m tokens=2000 ratios="0.5 0.875" out="" f32=0
+methods=knorm,snapkv,tova,h2o,expected_attention,keydiff,streaming_llm,pyramidkv,criticalkv,adakv,chunkkv
+model=smollm2-135m tokens=2000 ratios="0.5 0.875" out="" f32=0 labels="defaults preset-kvpress"
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then model=$1; shift; fi
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -16,6 +17,8 @@ while [ $# -gt 0 ]; do
     --ratios) ratios=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --f32) f32=1; shift ;;
+    --preset-only) labels=preset-kvpress; shift ;;
+    --methods) methods=$2; shift 2 ;;
     *) echo "xcheck-kvpress: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -29,10 +32,9 @@ if [ "$f32" = 1 ]; then
   "$python" "$root/scripts/kvpress/dequantize.py" "$gguf" "$work/$(basename "$gguf" .gguf)-f32.gguf"
   gguf="$work/$(basename "$gguf" .gguf)-f32.gguf"
 fi
-methods=knorm,snapkv,tova,h2o,expected_attention,keydiff,streaming_llm,pyramidkv,criticalkv,adakv
 declare -A params=([defaults]="" [preset-kvpress]="--preset kvpress")
 results=()
-for label in defaults preset-kvpress; do
+for label in $labels; do
   for r in $ratios; do
     plans="$work/plans-$label-$r"
     # shellcheck disable=SC2086

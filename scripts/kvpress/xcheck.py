@@ -22,6 +22,7 @@ KVPRESS = {
     "pyramidkv": "PyramidKVPress",
     "criticalkv": "CriticalKVPress",
     "adakv": "AdaKVPress",
+    "chunkkv": "ChunkKVPress",
 }
 
 
@@ -59,13 +60,13 @@ def main():
             continue
         if m == "criticalkv":
             press = kvpress.CriticalKVPress(press=kvpress.SnapKVPress(compression_ratio=a.ratio))
-        elif m == "adakv":
-            press = kvpress.AdaKVPress(press=kvpress.SnapKVPress(compression_ratio=a.ratio))
+        elif m in ("adakv", "chunkkv"):
+            press = getattr(kvpress, KVPRESS[m])(press=kvpress.SnapKVPress(compression_ratio=a.ratio))
         else:
             press = getattr(kvpress, KVPRESS[m])(compression_ratio=a.ratio)
         budgets = {}
         captured = {}
-        original = press.press.score if m == "adakv" else press.score
+        original = press.press.score if m in ("adakv", "chunkkv") else press.score
 
         def score(module, *args, _orig=original, _cap=captured, _press=press, _budgets=budgets):
             s = _orig(module, *args)
@@ -85,6 +86,19 @@ def main():
                 return out
 
             press.compress = masking
+            press.press.score = score
+        elif m == "chunkkv":  # it gathers whole chunks: the kept rows are found by their key vectors
+            compress = press.compress
+
+            def gathering(module, hidden_states, keys, values, *args, _orig=compress, _masked=masked):
+                out_k, out_v = _orig(module, hidden_states, keys, values, *args)
+                where = {keys[0, 0, j].numpy().tobytes(): j for j in range(keys.shape[2])}
+                kept = {where[out_k[0, 0, i].numpy().tobytes()] for i in range(out_k.shape[2])}
+                _masked[module.layer_idx] = [(h, j) for h in range(keys.shape[1]) for j in range(keys.shape[2])
+                                             if j not in kept]
+                return out_k, out_v
+
+            press.compress = gathering
             press.press.score = score
         else:
             press.score = score
