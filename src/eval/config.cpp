@@ -1,6 +1,9 @@
 // The experiment: RunConfig to and from JSON (the `config` of a header record), budgets.
+#include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <vector>
 
 #include "eval/runner.h"
 #include "kvlab/error.h"
@@ -46,6 +49,34 @@ nlohmann::json RunConfig::to_json() const {
             {"n_shards", n_shards}};
 }
 
+namespace {
+
+// A whole number of type T: a JSON integer within T's range (a float, or an integer T cannot
+// hold, is refused by name rather than converted: 2.7e126 into an int is undefined).
+template <typename T>
+T whole(const nlohmann::json & v, const std::string & key) {
+    constexpr uint64_t max = uint64_t(std::numeric_limits<T>::max());
+    if (v.is_number_unsigned() && v.get<uint64_t>() <= max) return T(v.get<uint64_t>());
+    if (v.is_number_integer() && !v.is_number_unsigned()) {
+        const int64_t i = v.get<int64_t>();
+        if (i >= 0 ? uint64_t(i) <= max : std::is_signed_v<T> && i >= int64_t(std::numeric_limits<T>::min()))
+            return T(i);
+    }
+    throw Error("eval", "experiment key '" + key + "' must be a whole number in [" +
+                            std::to_string(std::numeric_limits<T>::min()) + ", " + std::to_string(max) + "], got " +
+                            v.dump());
+}
+
+template <typename T>
+std::vector<T> wholes(const nlohmann::json & v, const std::string & key) {
+    if (!v.is_array()) throw Error("eval", "experiment key '" + key + "' must be a list of whole numbers");
+    std::vector<T> out;
+    for (const auto & x : v) out.push_back(whole<T>(x, key));
+    return out;
+}
+
+}  // namespace
+
 RunConfig RunConfig::from_json(const nlohmann::json & j) {
     if (!j.is_object()) throw Error("eval", "an experiment is a JSON object");
     static const std::set<std::string> known = {
@@ -57,10 +88,10 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
     try {
         if (j.contains("model")) c.model = j["model"].get<std::string>();
         if (j.contains("tasks")) c.tasks = j["tasks"].get<std::vector<std::string>>();
-        if (j.contains("lengths")) c.task.lengths = j["lengths"].get<std::vector<int64_t>>();
+        if (j.contains("lengths")) c.task.lengths = wholes<int64_t>(j["lengths"], "lengths");
         if (j.contains("depths")) c.task.depths = j["depths"].get<std::vector<double>>();
-        if (j.contains("samples")) c.task.n_samples = j["samples"].get<int>();
-        if (j.contains("seed")) c.task.seed = j["seed"].get<uint64_t>();
+        if (j.contains("samples")) c.task.n_samples = whole<int>(j["samples"], "samples");
+        if (j.contains("seed")) c.task.seed = whole<uint64_t>(j["seed"], "seed");
         if (j.contains("haystack")) c.haystack = j["haystack"].get<std::vector<std::string>>();
         if (j.contains("methods"))
             for (const auto & m : j["methods"]) {
@@ -81,7 +112,7 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
                 if (b.is_number())
                     bc.ratio = b.get<double>();
                 else if (b.contains("tokens"))
-                    bc.tokens = b["tokens"].get<int64_t>();
+                    bc.tokens = whole<int64_t>(b["tokens"], "budgets.tokens");
                 else
                     bc.ratio = b.at("ratio").get<double>();
                 c.budgets.push_back(bc);
@@ -89,13 +120,13 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
         if (j.contains("query_aware")) c.query_aware = j["query_aware"].get<bool>();
         if (j.contains("multi_turn")) c.multi_turn = j["multi_turn"].get<bool>();
         if (j.contains("preset")) c.preset = j["preset"].get<std::string>();
-        if (j.contains("max_tokens")) c.max_tokens = j["max_tokens"].get<int>();
-        if (j.contains("threads")) c.threads = j["threads"].get<int>();
-        if (j.contains("chunk")) c.chunk = j["chunk"].get<int>();
+        if (j.contains("max_tokens")) c.max_tokens = whole<int>(j["max_tokens"], "max_tokens");
+        if (j.contains("threads")) c.threads = whole<int>(j["threads"], "threads");
+        if (j.contains("chunk")) c.chunk = whole<int>(j["chunk"], "chunk");
         if (j.contains("attention")) c.attention = j["attention"].get<std::string>();
         if (j.contains("out_dir")) c.out_dir = j["out_dir"].get<std::string>();
-        if (j.contains("shard")) c.shard = j["shard"].get<int>();
-        if (j.contains("n_shards")) c.n_shards = j["n_shards"].get<int>();
+        if (j.contains("shard")) c.shard = whole<int>(j["shard"], "shard");
+        if (j.contains("n_shards")) c.n_shards = whole<int>(j["n_shards"], "n_shards");
     } catch (const nlohmann::json::exception & e) {
         throw Error("eval", std::string("malformed experiment: ") + e.what());
     }
