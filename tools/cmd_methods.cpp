@@ -21,13 +21,15 @@ int run_methods(bool json) {
                          {"scores_from_prefill", m.observes},
                          {"params", params},
                          {"kvpress_preset", m.kvpress_params},
-                         {"differs_from_kvpress_under_preset", m.kvpress_differs}});
+                         {"differs_from_kvpress_under_preset", m.kvpress_differs},
+                         {"defaults_differ_from_kvpress", m.defaults_differ}});
         }
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
     }
-    std::printf("Compression methods (--method NAME --param KEY=VALUE [--preset kvpress]; budget: --ratio R or "
-                "--budget B)\n\n");
+    std::printf(
+        "Compression methods (--method NAME --param KEY=VALUE [--preset kvpress]; budget: --ratio R or "
+        "--budget B)\n\n");
     for (const MethodInfo & m : methods) {
         std::printf("%-20s %s%s\n", m.name.c_str(), m.summary.c_str(),
                     m.observes ? " [scores from the prefill's queries]" : "");
@@ -40,6 +42,7 @@ int run_methods(bool json) {
         for (const auto & [k, v] : m.kvpress_params) preset += (preset.empty() ? "" : " ") + k + "=" + v;
         std::printf("    --preset kvpress: %s%s\n", preset.empty() ? "the defaults" : preset.c_str(),
                     m.kvpress_differs.empty() ? "" : ("; still differs: " + m.kvpress_differs).c_str());
+        if (!m.defaults_differ.empty()) std::printf("    kvlab's defaults: %s\n", m.defaults_differ.c_str());
     }
     std::printf("\n%-20s %s\n", "none", "no compression: answers from the full cache");
     return 0;

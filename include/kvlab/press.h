@@ -53,6 +53,9 @@ struct MethodInfo {
     // differs from kvpress under them ("" when nothing is known to).
     ParamMap kvpress_params;
     std::string kvpress_differs;
+    // What kvlab's own defaults do where kvpress does otherwise, and whose rule they are (the
+    // paper's reference code); "" when the defaults are kvpress's rules.
+    std::string defaults_differ;
 };
 
 // Extra tokens a method has the engine prefill on top of the prefilled context (KVzip's

@@ -124,9 +124,10 @@ const MethodRegistrar reg([] {
         return std::make_unique<CriticalPress>(make_base_scorer(p, m), m, stages == "kvpress");
     };
     r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"stages", "kvpress"}};
-    r.info.kvpress_differs =
-        "kvpress adds epsilon to the window mean (kvlab to the sum) and its stage 1 is int(0.5 (1 - cr) L) rows, "
-        "window included (stages=kvpress)";
+    r.info.kvpress_differs = "";
+    r.info.defaults_differ =
+        "stages=kvlab: stage 1 is half the candidates and epsilon is added to the window sum; kvpress: stage 1 is "
+        "int(0.5 (1 - cr) L) rows counting the window, epsilon on the window mean";
     return r;
 });
 

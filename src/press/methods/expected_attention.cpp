@@ -129,8 +129,8 @@ public:
                 for (size_t e = 0; e < cov.size(); ++e) sigma[size_t(g) * d * d + e] = float(cov[e]);
             }
             const std::vector<float> k = keys(cache, il, h), v = values(cache, il, h);
-            s.s[il][h] =
-                expected_attention(mu.data(), sigma.data(), k.data(), v.data(), L, s.n_sink, group, d, use_cov_, use_vnorm_);
+            s.s[il][h] = expected_attention(mu.data(), sigma.data(), k.data(), v.data(), L, s.n_sink, group, d,
+                                            use_cov_, use_vnorm_);
         });
         return s;
     }

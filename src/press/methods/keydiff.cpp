@@ -34,14 +34,16 @@ std::unique_ptr<Scorer> make_scorer(const Params & p, const Model & m) {
 }
 
 const MethodRegistrar reg([] {
-    Registration r = uniform_method(MethodInfo{"keydiff",
-                                     "keeps the keys least similar to the mean key direction (-cosine), plus sinks",
-                                     {{"n_sink", "4", "first tokens always kept"}},
-                                     false,
-                                     false},
-                          make_scorer);
+    Registration r =
+        uniform_method(MethodInfo{"keydiff",
+                                  "keeps the keys least similar to the mean key direction (-cosine), plus sinks",
+                                  {{"n_sink", "4", "first tokens always kept"}},
+                                  false,
+                                  false},
+                       make_scorer);
     r.info.kvpress_params = {{"n_sink", "0"}};
     r.info.kvpress_differs = "";
+    r.info.defaults_differ = "keeps 4 sinks; kvpress keeps none";
     return r;
 });
 

@@ -36,11 +36,11 @@ std::unique_ptr<Scorer> make_scorer(const Params & p, const Model &) {
 
 const MethodRegistrar reg([] {
     Registration r = uniform_method(MethodInfo{"random",
-                                     "uniform random scores (seeded): the floor every method must beat",
-                                     {{"seed", "0", "seed of the generator (per layer and head streams)"}},
-                                     false,
-                                     false},
-                          make_scorer);
+                                               "uniform random scores (seeded): the floor every method must beat",
+                                               {{"seed", "0", "seed of the generator (per layer and head streams)"}},
+                                               false,
+                                               false},
+                                    make_scorer);
     r.info.kvpress_params = {};
     r.info.kvpress_differs = "kvpress draws its scores from torch's generator: the same rule, other rows";
     return r;
