@@ -52,6 +52,9 @@ runs = [json.load(open(f)) for f in files]
 print(f"{'kvlab':16s} {'method':20s} {'ratio':>6s} {'mean J':>7s} {'min J':>6s}")
 for r in runs:
     for row in r["rows"]:
+        if "error" in row:
+            print(f"{r['label'][6:]:16s} {row['method']:20s} {r['ratio']:6.3f} {row['error']}")
+            continue
         print(f"{r['label'][6:]:16s} {row['method']:20s} {r['ratio']:6.3f} {row['mean_jaccard']:7.3f} {row['min_jaccard']:6.3f}")
 print(f"\n{runs[0]['context_tokens']} token ids, CPU {runs[0]['provenance']['cpu']}, kvpress {runs[0]['provenance']['kvpress']}, torch {runs[0]['provenance']['torch']}")
 if out:

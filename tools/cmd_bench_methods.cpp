@@ -65,9 +65,12 @@ struct Measurements {
     std::vector<PerMethod> methods;
 };
 
-// DIR/METHOD.json: the rows the method kept, {"method", "params", "L", "kept": [layer][head][positions]}
-// (for scripts/xcheck-kvpress.sh, which compares them with kvpress's on the same token ids).
-void dump_plan(const std::string & dir, const MethodRequest & m, const KvStore & cache, int64_t L) {
+// DIR/METHOD.json: the rows the method kept, {"method", "params", "L", "kept": [layer][head][positions]},
+// and for methods that rank rows the scores ranked, "scores": [layer][head][L] with "forced": [L]
+// (the rows kept whatever their score) (for scripts/xcheck-kvpress.sh, which compares them with
+// kvpress's on the same token ids).
+void dump_plan(const std::string & dir, const MethodRequest & m, const KvStore & cache, int64_t L,
+               const Press::RowScores & scores) {
     std::filesystem::create_directories(dir);
     nlohmann::json kept = nlohmann::json::array();
     for (int il = 0; il < cache.n_layer(); ++il) {
@@ -77,7 +80,12 @@ void dump_plan(const std::string & dir, const MethodRequest & m, const KvStore &
     }
     const std::string path = (std::filesystem::path(dir) / (m.name + ".json")).string();
     std::ofstream os(path);
-    os << nlohmann::json{{"method", m.name}, {"params", m.params}, {"L", L}, {"kept", kept}}.dump() << "\n";
+    nlohmann::json j{{"method", m.name}, {"params", m.params}, {"L", L}, {"kept", kept}};
+    if (!scores.s.empty()) {
+        j["scores"] = scores.s;
+        j["forced"] = std::vector<int>(scores.forced.begin(), scores.forced.end());
+    }
+    os << j.dump() << "\n";
     if (!os.flush()) throw Error("bench-methods", "cannot write " + path);
 }
 
@@ -104,16 +112,20 @@ Measurements measure(const BenchMethodsArgs & a, Engine & engine, const Tokenize
             if (!a.json)
                 std::fprintf(stderr, "\r[bench] repetition %d/%d: %-20s", rep + 1, a.reps, methods[i].name.c_str());
             const PreparedCache p = s.compress(i, budget);
-            if (rep == 0 && !a.dump_plans.empty()) dump_plan(a.dump_plans, methods[i], p.cache, int64_t(toks.size()));
+            if (rep == 0 && !a.dump_plans.empty())
+                dump_plan(a.dump_plans, methods[i], p.cache, int64_t(toks.size()), s.press(i).last_scores());
             const CompressStats & st = p.stats;
             Measurements::PerMethod & pm = m.methods[i];
             pm.comp_s.push_back(st.seconds());
             pm.frac.push_back(st.seconds() / model_s);
             pm.dec.push_back(s.answer(p.cache, {toks[0]}, go).decode_tokens_per_second());
             pm.speedup.push_back(pm.dec.back() / m.full_decode.back());
-            pm.last = {{"bytes_before", st.bytes_before}, {"bytes_after", st.bytes_after},
-                       {"rows_before", st.rows_before},   {"rows_after", st.rows_after},
-                       {"observe_s", st.observe_s},       {"plan_s", st.plan_s},
+            pm.last = {{"bytes_before", st.bytes_before},
+                       {"bytes_after", st.bytes_after},
+                       {"rows_before", st.rows_before},
+                       {"rows_after", st.rows_after},
+                       {"observe_s", st.observe_s},
+                       {"plan_s", st.plan_s},
                        {"apply_s", st.apply_s}};
         }
         if (!a.json) std::fprintf(stderr, "\n");
@@ -156,9 +168,9 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
                    {"chunk_size", a.chunk},
                    {"statistic", "median"},
                    {"preset", a.preset},
-                   {"context_file", !a.tokens_file.empty()    ? "token ids from " + a.tokens_file
-                                   : a.context_file.empty() ? std::string("random token ids (seed 1234)")
-                                                            : a.context_file}};
+                   {"context_file", !a.tokens_file.empty()   ? "token ids from " + a.tokens_file
+                                    : a.context_file.empty() ? std::string("random token ids (seed 1234)")
+                                                             : a.context_file}};
     j["prefill_s"] = median(m.prefill_s);
     j["prefill_s_reps"] = m.prefill_s;
     j["full_decode_tokens_per_s"] = median(m.full_decode);
@@ -205,7 +217,8 @@ const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
     cmd->add_option("--tokens", a->tokens_file, "take the context's token ids from this JSON array")
         ->check(CLI::ExistingFile)
         ->excludes(text);
-    cmd->add_option("--dump-plans", a->dump_plans, "write each method's kept rows (first repetition) to DIR/METHOD.json");
+    cmd->add_option("--dump-plans", a->dump_plans,
+                    "write each method's kept rows (first repetition) to DIR/METHOD.json");
     cmd->add_option("--ratio", a->ratio, "compression ratio")->check(CLI::Range(0.0, 0.999));
     add_list_option(cmd, "--methods", a->methods, "method names, or all");
     add_param_option(cmd, a->params, true);

@@ -96,6 +96,14 @@ public:
     // The rows to keep, per layer and head, for the budget. Throws for an impossible
     // budget (smaller than the rows the method always keeps).
     virtual KeepPlan plan(const KvStore & cache, const Budget & budget) = 0;
+    // The scores the last plan ranked, [layer][head][L] (higher is kept first), and the rows it
+    // kept whatever their score (sinks and window, flagged 1 in `forced`); empty for methods
+    // that rank nothing row by row. For cross-checks (bench-methods --dump-plans).
+    struct RowScores {
+        std::vector<std::vector<std::vector<float>>> s;
+        std::vector<char> forced;  // [L]
+    };
+    virtual RowScores last_scores() const { return {}; }
 
 protected:
     std::string name_;

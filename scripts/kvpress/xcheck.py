@@ -103,11 +103,19 @@ def main():
         else:
             press.score = score
         model = model_for(m)
-        with torch.no_grad(), press(model):
-            model.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+        try:
+            with torch.no_grad(), press(model):
+                model.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+        except Exception as e:  # kvpress's own limits (CriticalKVPress reads config.head_dim, which Qwen2Config lacks)
+            rows.append({"method": m, "ratio": a.ratio, "error": f"kvpress: {type(e).__name__}: {e}"})
+            print(f"[xcheck] {a.label}: {m} ratio {a.ratio}: kvpress failed: {e}", file=sys.stderr)
+            continue
         n_kept = int(L * (1 - a.ratio))
         plan = json.load(open(plan_path))
-        js = []
+        js, rhos = [], []
+        free = None
+        if "scores" in plan:  # the rows both rank by score: those kvlab does not keep regardless
+            free = torch.tensor([not f for f in plan["forced"]])
         for il in sorted(captured):
             s = captured[il][0]  # [H_kv, L]
             for h in range(s.shape[0]):
@@ -117,11 +125,19 @@ def main():
                     ref = set(s[h].topk(budgets.get(il, n_kept)).indices.tolist())
                 got = set(plan["kept"][il][h])
                 js.append(len(ref & got) / max(1, len(ref | got)))
+                if free is not None:
+                    a_s, b_s = s[h][free].double(), torch.tensor(plan["scores"][il][h], dtype=torch.float64)[free]
+                    ra, rb = a_s.argsort().argsort().double(), b_s.argsort().argsort().double()
+                    ra, rb = ra - ra.mean(), rb - rb.mean()
+                    rhos.append(float((ra * rb).sum() / (ra.norm() * rb.norm()).clamp_min(1e-300)))
         rows.append({"method": m, "kvlab_params": plan["params"], "ratio": a.ratio, "n_kept_kvpress": n_kept,
                      "n_kept_kvlab": sum(len(x) for x in plan["kept"][0]) // len(plan["kept"][0]), "mean_jaccard": sum(js) / len(js), "min_jaccard": min(js),
+                     "mean_spearman": sum(rhos) / len(rhos) if rhos else None,
+                     "min_spearman": min(rhos) if rhos else None,
                      "n_segments": len(js)})
         print(f"[xcheck] {a.label}: {m} ratio {a.ratio}: mean J {rows[-1]['mean_jaccard']:.3f}, "
-              f"min {rows[-1]['min_jaccard']:.3f}", file=sys.stderr)
+              f"min {rows[-1]['min_jaccard']:.3f}" + (f"; score Spearman mean {rows[-1]['mean_spearman']:.4f}, "
+                                                  f"min {rows[-1]['min_spearman']:.4f}" if rhos else ""), file=sys.stderr)
     json.dump({"label": a.label, "ratio": a.ratio, "context_tokens": L, "rows": rows,
                "provenance": {"torch": torch.__version__, "kvpress": "0.5.5", "gguf": os.path.abspath(a.gguf),
                               "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")

@@ -178,12 +178,19 @@ public:
     KeepPlan plan(const KvStore & cache, const Budget & budget) override {
         if (!cache.uniform())
             throw Error("press", name_ + ": the cache must be a freshly prefilled context (it is already compressed)");
-        return policy_(scorer_->score(cache), budget, cache);
+        last_ = scorer_->score(cache);
+        return policy_(last_, budget, cache);
+    }
+    RowScores last_scores() const override {
+        RowScores r{last_.s, std::vector<char>(size_t(last_.L), 0)};
+        for (int64_t j = 0; j < last_.L; ++j) r.forced[size_t(j)] = last_.is_forced(j);
+        return r;
     }
 
 private:
     std::unique_ptr<Scorer> scorer_;
     Policy policy_;
+    Scores last_;
 };
 }  // namespace
 
