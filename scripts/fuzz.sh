@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes one of kvlab's parsers of outside bytes with libFuzzer (clang from Debian):
-#   scripts/fuzz.sh NAME [SECONDS]       NAME: gguf | cache_file | qa_jsonl | experiment | http_body
+#   scripts/fuzz.sh NAME [SECONDS]       NAME: a file of fuzz/targets/ (gguf, cache_file, qa_jsonl, experiment, http_body)
 #   scripts/fuzz.sh --list
 # Builds build-fuzz/kvlab_fuzz (clang, -fsanitize=fuzzer,address,undefined over kvlab's code),
 # writes the target's seeds (from real files) and runs for SECONDS (default 600) on one core,
@@ -12,7 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 name="${1:-}"
 seconds="${2:-600}"
-targets="gguf cache_file qa_jsonl experiment http_body"
+targets=$(basename -s .cpp "$root"/fuzz/targets/*.cpp | tr '\n' ' ' | sed 's/ $//')  # one file per target, named after it
 if [ -z "$name" ] || [ "$name" = "-h" ] || [ "$name" = "--help" ]; then
   sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
