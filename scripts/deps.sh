@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kvlab needs on a fresh Debian 12 machine, idempotently:
-#   1. Debian packages (compilers, libraries; with --tests the test tools too);
+#   1. Debian packages (compilers, libraries; with --tests the test tools too, with --fuzz clang
+#      and its libFuzzer runtime);
 #   2. the pinned llama.cpp tree from the llama-cpp-python sdist (sha256-checked),
 #      built as static libraries into a cache keyed by version (reused when present).
 # Prints the install prefix of the llama.cpp build on its last line.
@@ -18,6 +19,7 @@ log() { echo "[deps] $*" >&2; }
 pkgs=(build-essential cmake ninja-build ccache pkg-config git python3-pip
       nlohmann-json3-dev libcli11-dev libssl-dev libcpp-httplib-dev)
 [ "${1:-}" = "--tests" ] && pkgs+=(libgtest-dev libgmock-dev libtinyxml2-dev chromium chromium-driver python3-selenium python3-venv)
+[ "${1:-}" = "--fuzz" ] && pkgs+=(clang libclang-rt-dev libomp-dev)  # scripts/fuzz.sh
 need_apt=()
 for pkg in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")

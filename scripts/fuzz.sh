@@ -20,21 +20,9 @@ fi
 if [ "$name" = "--list" ]; then echo "$targets" | tr ' ' '\n'; exit 0; fi
 case " $targets " in *" $name "*) ;; *) echo "fuzz.sh: unknown target '$name' (one of: $targets)" >&2; exit 2 ;; esac
 
-need=()
-for pkg in clang libclang-rt-dev libomp-dev; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  echo "[fuzz] installing Debian packages: ${need[*]}" >&2
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >&2
-fi
-prefix=$(bash "$root/scripts/deps.sh" | tail -n 1)
-bash "$root/scripts/models.sh" smollm2-135m >/dev/null
+source "$root/scripts/build-env.sh"
+prepare_build --fuzz  # clang, its libFuzzer runtime, libomp
 build="${KVLAB_FUZZ_BUILD_DIR:-$root/build-fuzz}"
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 if [ ! -f "$build/build.ninja" ]; then
   echo "[fuzz] configuring the libFuzzer build in $build" >&2
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -7,11 +7,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tests=()
 [ "${1:-}" = "--tests" ] && tests=(--tests)
-prefix=$(bash "$root/scripts/deps.sh" "${tests[@]}" | tail -n 1)
-bash "$root/scripts/models.sh" smollm2-135m >/dev/null
+source "$root/scripts/build-env.sh"
+prepare_build "${tests[@]}"
 build="${KVLAB_BUILD_DIR:-$root/build}"
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 options=()
 if [ ${#tests[@]} -gt 0 ]; then
   options=(-DKVLAB_BUILD_TESTS=ON -DKVLAB_TEST_PYTHON="$(bash "$root/scripts/test-venv.sh")")

@@ -5,11 +5,9 @@
 # Extra arguments go to ctest (e.g. -R BadInput).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-prefix=$(bash "$root/scripts/deps.sh" --tests | tail -n 1)
-bash "$root/scripts/models.sh" smollm2-135m >/dev/null
+source "$root/scripts/build-env.sh"
+prepare_build --tests
 build="${KVLAB_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 if [ ! -f "$build/build.ninja" ]; then
   echo "[sanitize] configuring kvlab in $build" >&2
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVLAB_DEPS_PREFIX="$prefix" \

@@ -80,6 +80,17 @@ protected:
         return std::move(s.compress(0, b).cache);
     }
 
+    // Every (layer, head) of c holds n rows, among them every row `sub` holds there.
+    static void expect_rows_of(const KvStore & c, int64_t n, const KvStore & sub) {
+        for (int il = 0; il < c.n_layer(); ++il)
+            for (int h = 0; h < c.n_head_kv(); ++h) {
+                const auto & all = c.positions(il, h);
+                EXPECT_EQ(int64_t(all.size()), n);
+                for (int32_t p : sub.positions(il, h))
+                    EXPECT_TRUE(std::binary_search(all.begin(), all.end(), p)) << "layer " << il << " head " << h;
+            }
+    }
+
     static inline test::TinyModel * tiny_ = nullptr;
     static inline Model * model_ = nullptr;
     static inline std::vector<int32_t> * tokens_ = nullptr;
@@ -507,14 +518,7 @@ TEST_F(PressModel, WrappersAndRandomFollowTheirRules) {
     }
     // criticalkv: keeps the top half of the candidate budget by the base (snapkv) score
     KvStore snap = compressed("snapkv", Budget::from_tokens(w + (B - w) / 2));
-    KvStore crit = compressed("criticalkv", Budget::from_tokens(B));
-    for (int il = 0; il < crit.n_layer(); ++il)
-        for (int h = 0; h < crit.n_head_kv(); ++h) {
-            const auto & all = crit.positions(il, h);
-            EXPECT_EQ(int64_t(all.size()), B);
-            for (int32_t p : snap.positions(il, h))
-                EXPECT_TRUE(std::binary_search(all.begin(), all.end(), p)) << "layer " << il << " head " << h;
-        }
+    expect_rows_of(compressed("criticalkv", Budget::from_tokens(B)), B, snap);
 }
 
 // The kvpress rules behind --preset kvpress (PRESSES.md, "Fidelity to kvpress").
@@ -544,15 +548,10 @@ TEST_F(PressModel, KvpressRulesOfTheWrappers) {
     KvStore snap = compressed("snapkv", Budget::from_tokens(B / 2));
     KvStore crit = compressed("criticalkv", Budget::from_tokens(B), {{"stages", "kvpress"}});
     KvStore own = compressed("criticalkv", Budget::from_tokens(B));
+    expect_rows_of(crit, B, snap);
     bool differs = false;
     for (int il = 0; il < crit.n_layer(); ++il)
-        for (int h = 0; h < crit.n_head_kv(); ++h) {
-            const auto & all = crit.positions(il, h);
-            EXPECT_EQ(int64_t(all.size()), B);
-            for (int32_t p : snap.positions(il, h))
-                EXPECT_TRUE(std::binary_search(all.begin(), all.end(), p)) << "layer " << il << " head " << h;
-            differs = differs || all != own.positions(il, h);
-        }
+        for (int h = 0; h < crit.n_head_kv(); ++h) differs = differs || crit.positions(il, h) != own.positions(il, h);
     EXPECT_TRUE(differs) << "the kvpress stages kept the rows of kvlab's own";
     // adakv, allocation=kvpress: every layer keeps H * B rows, each head at least max(1, int(0.2 B))
     KvStore ada = compressed("adakv", Budget::from_tokens(B), {{"allocation", "kvpress"}});

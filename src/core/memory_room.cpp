@@ -3,7 +3,9 @@
 // size before an allocation fails deep inside ggml or the OOM killer ends the process.
 #include <sys/resource.h>
 
+#include <array>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -18,29 +20,38 @@ namespace {
 
 constexpr uint64_t k_unlimited = std::numeric_limits<uint64_t>::max();
 
-// The value in kB of "key:" in a /proc file of "key: value kB" lines, in bytes; k_unlimited if absent.
-uint64_t proc_kb(const char * path, const std::string & key) {
+// The values in kB of the "key:" lines of a /proc file (in bytes; k_unlimited when absent), in
+// the order of `keys`, from one read of the file.
+template <size_t N>
+std::array<uint64_t, N> proc_kb(const char * path, const std::array<const char *, N> & keys) {
+    std::array<uint64_t, N> out;
+    out.fill(k_unlimited);
     std::ifstream in(path);
     std::string line;
     while (std::getline(in, line))
-        if (line.rfind(key, 0) == 0) {
-            std::istringstream fields(line.substr(key.size()));
-            uint64_t kb = 0;
-            if (fields >> kb) return kb * 1024;
-        }
-    return k_unlimited;
+        for (size_t i = 0; i < N; ++i)
+            if (line.rfind(keys[i], 0) == 0) {
+                std::istringstream fields(line.substr(std::strlen(keys[i])));
+                uint64_t kb = 0;
+                if (fields >> kb) out[i] = kb * 1024;
+            }
+    return out;
 }
 
-// A cgroup v2 file of this process's cgroup holding one number ("max": k_unlimited).
-uint64_t cgroup_value(const std::string & file) {
+// This process's cgroup v2 directory, "" when there is none.
+std::string cgroup_dir() {
     std::ifstream self("/proc/self/cgroup");
-    std::string line, dir;
+    std::string line;
     while (std::getline(self, line))
-        if (line.rfind("0::", 0) == 0) dir = line.substr(3);
-    if (dir.empty()) return k_unlimited;
-    std::ifstream in("/sys/fs/cgroup" + dir + "/" + file);
+        if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
+    return "";
+}
+
+// A cgroup v2 file holding one number ("max" or unreadable: k_unlimited).
+uint64_t cgroup_value(const std::string & dir, const char * file) {
+    std::ifstream in(dir + "/" + file);
     std::string v;
-    if (!(in >> v) || v == "max") return k_unlimited;
+    if (dir.empty() || !(in >> v) || v == "max") return k_unlimited;
     try {
         return std::stoull(v);
     } catch (const std::exception &) {
@@ -68,12 +79,12 @@ MemoryRoom memory_room() {
     auto consider = [&](uint64_t bytes, const char * limit) {
         if (bytes < room.bytes) room = {bytes, limit};
     };
-    consider(proc_kb("/proc/meminfo", "MemAvailable:"), "MemAvailable");
-    const uint64_t max = cgroup_value("memory.max"), current = cgroup_value("memory.current");
+    consider(proc_kb<1>("/proc/meminfo", {"MemAvailable:"})[0], "MemAvailable");
+    const std::string cg = cgroup_dir();
+    const uint64_t max = cgroup_value(cg, "memory.max"), current = cgroup_value(cg, "memory.current");
     if (max != k_unlimited && current != k_unlimited) consider(max > current ? max - current : 0, "cgroup memory.max");
-    const uint64_t vm_size = proc_kb("/proc/self/status", "VmSize:");
+    const auto [vm_size, vm_data] = proc_kb<2>("/proc/self/status", {"VmSize:", "VmData:"});
     if (vm_size != k_unlimited) consider(rlimit_room(RLIMIT_AS, vm_size), "ulimit -v");
-    const uint64_t vm_data = proc_kb("/proc/self/status", "VmData:");
     if (vm_data != k_unlimited) consider(rlimit_room(RLIMIT_DATA, vm_data), "ulimit -d");
     return room;
 }

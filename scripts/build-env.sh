@@ -1,0 +1,12 @@
+# Sourced by setup.sh, test-sanitize.sh and fuzz.sh (with $root set): what every build of kvlab
+# starts from. prepare_build [deps.sh options] installs the packages and the pinned llama.cpp
+# build (scripts/deps.sh), fetches the default model, and sets $prefix (the llama.cpp install
+# prefix) and $launcher (CMake's ccache launcher options, when ccache is there).
+prepare_build() {
+  prefix=$(bash "$root/scripts/deps.sh" "$@" | tail -n 1)
+  bash "$root/scripts/models.sh" smollm2-135m >/dev/null
+  launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  fi
+}
