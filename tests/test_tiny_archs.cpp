@@ -30,6 +30,11 @@ constexpr float k_logit_bound = 1e-2f;
 struct ArchCase {
     const char * arch;
     int n_layer, n_embd, n_head, n_head_kv, head_dim;
+    int sliding_window = 0;  // gemma3: the 96-token prefill passes it, the 40-token generation stays inside
+    // kvlab's float32 kernel vs libllama's: gemma3's embeddings scaled by sqrt(n_embd) and its
+    // RMS-normed Q and K make the softmax sharper, so libllama's F16 rounding of Q shows more
+    // (measured 1.2e-3 on an Intel Xeon; with attention=ggml, the same kernel: exactly 0).
+    float precise = k_precise;
 };
 
 void PrintTo(const ArchCase & c, std::ostream * os) { *os << c.arch; }
@@ -45,6 +50,7 @@ TEST_P(TinyArch, LogitsAndGreedyMatchLibllama) {
     spec.n_head = c.n_head;
     spec.n_head_kv = c.n_head_kv;
     spec.head_dim = c.head_dim;
+    spec.sliding_window = c.sliding_window;
     spec.seed = 42;
     spec.weight_type = GGML_TYPE_F32;
     const std::string dir = test::temp_dir(c.arch);
@@ -64,7 +70,7 @@ TEST_P(TinyArch, LogitsAndGreedyMatchLibllama) {
         int chunk;
         float bound;
     };
-    for (const Run & run : {Run{AttentionKernel::kvlab, 96, k_precise}, Run{AttentionKernel::kvlab, 5, k_precise},
+    for (const Run & run : {Run{AttentionKernel::kvlab, 96, c.precise}, Run{AttentionKernel::kvlab, 5, c.precise},
                             Run{AttentionKernel::ggml, 96, k_logit_bound}}) {
         Engine e(*model, EngineOptions{run.chunk, run.kernel});
         KvStore cache = e.new_cache(96);
@@ -93,7 +99,8 @@ TEST_P(TinyArch, LogitsAndGreedyMatchLibllama) {
 // Adding an architecture adds its row (and its layout row in support/tiny_gguf.cpp).
 INSTANTIATE_TEST_SUITE_P(, TinyArch,
                          ::testing::Values(ArchCase{"llama", 2, 64, 4, 2, 16}, ArchCase{"qwen2", 3, 64, 4, 2, 16},
-                                           ArchCase{"qwen3", 2, 64, 4, 2, 32}),
+                                           ArchCase{"qwen3", 2, 64, 4, 2, 32},
+                                           ArchCase{"gemma3", 6, 64, 4, 2, 32, 48, 1e-2f}),
                          [](const auto & info) { return std::string(info.param.arch); });
 
 std::string write_tiny(const test::TinySpec & spec, const std::string & dir) {

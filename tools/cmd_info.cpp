@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "common.h"
+#include "kvlab/cache.h"
 #include "kvlab/provenance.h"
 
 namespace kvlab::cli {
@@ -38,6 +39,34 @@ const CommandRegistrar reg("info", [](CLI::App & app, int & rc) {
         std::printf("context     %d tokens (trained); rope %s, theta %g, scaling %s\n", h["n_ctx_train"].get<int>(),
                     h["rope"]["mode"].get<std::string>().c_str(), h["rope"]["theta"].get<double>(),
                     h["rope"]["scaling"].get<std::string>().c_str());
+        {  // the KV cache each layer kind holds (F16 K and V rows; kvlab::KvStore)
+            const int64_t row = 2 * 2 * int64_t(h["head_dim"].get<int>()) * h["n_head_kv"].get<int>();
+            const int n_layer = h["n_layer"].get<int>();
+            if (h.contains("sliding_window") && h["sliding_window"].is_object()) {
+                const auto & sw = h["sliding_window"];
+                const int w = sw["n_swa"].get<int>(), n_sliding = int(sw["layers"].size());
+                const int64_t most = int64_t(w) - 1 + KvStore::k_slide_rows - 1;
+                std::string global;
+                for (int il = 0, j = 0; il < n_layer; ++il) {
+                    if (j < n_sliding && sw["layers"][size_t(j)].get<int>() == il) {
+                        ++j;
+                        continue;
+                    }
+                    global += (global.empty() ? "" : ", ") + std::to_string(il);
+                }
+                std::printf("attention   sliding window %d on %d of %d layers (global: %s), their rope theta %g\n", w,
+                            n_sliding, n_layer, global.empty() ? "none" : global.c_str(),
+                            sw["rope_theta"].get<double>());
+                std::printf("kv cache    %lld B per token and layer; a sliding layer holds at most %lld rows "
+                            "(%s in all %d, any context length); the %d global layers %s per 1k tokens\n",
+                            static_cast<long long>(row), static_cast<long long>(most),
+                            human_bytes(uint64_t(most * row * n_sliding)).c_str(), n_sliding, n_layer - n_sliding,
+                            human_bytes(uint64_t(1024 * row * (n_layer - n_sliding))).c_str());
+            } else {
+                std::printf("kv cache    %lld B per token and layer, %s per 1k tokens (%d layers)\n",
+                            static_cast<long long>(row), human_bytes(uint64_t(1024 * row * n_layer)).c_str(), n_layer);
+            }
+        }
         std::printf("tensors     ");
         for (const auto & [type, count] : m["gguf"]["tensor_type_counts"].items())
             std::printf("%s:%lld ", type.c_str(), static_cast<long long>(count.get<int64_t>()));
@@ -46,7 +75,9 @@ const CommandRegistrar reg("info", [](CLI::App & app, int & rc) {
                     p["tokens"]["eos"].get<int>(), p["tokens"]["eot"].get<int>());
         std::printf("hashes      tokenizer %s\n            chat template %s\n            metadata %s\n",
                     m["gguf"]["tokenizer_sha256"].get<std::string>().c_str(),
-                    m["gguf"]["chat_template_sha256"].get<std::string>().c_str(),
+                    m["gguf"]["chat_template_sha256"].is_string()
+                        ? m["gguf"]["chat_template_sha256"].get<std::string>().c_str()
+                        : "none (the GGUF has no tokenizer.chat_template)",
                     m["gguf"]["metadata_sha256"].get<std::string>().c_str());
         std::printf("build       kvlab %s (%s), ggml %s (%s)\n", p["build"]["kvlab_version"].get<std::string>().c_str(),
                     p["build"]["kvlab_git_commit"].get<std::string>().c_str(),

@@ -65,9 +65,15 @@ CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & wha
 }
 
 Budget BudgetArgs::budget() const {
-    if (tokens >= 0) return Budget::from_tokens(tokens);
-    if (ratio >= 0.0) return Budget::from_ratio(ratio);
-    throw Error("cli", "a method needs --ratio R or --budget B");
+    Budget b;
+    if (tokens >= 0)
+        b = Budget::from_tokens(tokens);
+    else if (ratio >= 0.0)
+        b = Budget::from_ratio(ratio);
+    else
+        throw Error("cli", "a method needs --ratio R or --budget B");
+    b.sliding = sliding;
+    return b;
 }
 
 void add_budget_options(CLI::App * cmd, BudgetArgs & b) {
@@ -76,6 +82,9 @@ void add_budget_options(CLI::App * cmd, BudgetArgs & b) {
         ->default_str("");
     g->add_option("--budget", b.tokens, "tokens kept per layer, observation window included")->default_str("");
     g->require_option(0, 1);
+    cmd->add_flag("--compress-sliding", b.sliding,
+                  "models with sliding-window layers (gemma3): the method compresses those layers too, inside their "
+                  "window (by default it compresses the global layers and each sliding layer keeps its window)");
 }
 
 CLI::Option * add_param_option(CLI::App * cmd, std::vector<std::string> & params, bool per_method) {

@@ -49,6 +49,7 @@ CLI::Option * add_list_option(CLI::App * cmd, const std::string & name, std::vec
 struct BudgetArgs {
     double ratio = -1.0;
     int64_t tokens = -1;
+    bool sliding = false;  // --compress-sliding
     bool given() const { return ratio >= 0.0 || tokens >= 0; }
     Budget budget() const;  // throws when neither was given
 };

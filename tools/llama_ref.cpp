@@ -10,10 +10,11 @@
 
 namespace kvlab {
 
-LlamaRef::LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch) {
+LlamaRef::LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch, bool repack) {
     init_backend_logging();
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
+    mp.use_extra_bufts = repack;  // false: no repacked weight layouts (as kvlab with KVLAB_REPACK=0)
     model_.reset(llama_model_load_from_file(path.c_str(), mp));
     if (!model_) throw Error("llama.cpp", "could not load " + path);
     llama_context_params cp = llama_context_default_params();

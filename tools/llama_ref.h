@@ -12,8 +12,10 @@ namespace kvlab {
 
 class LlamaRef {
 public:
-    // n_ctx: context size of the reference context; n_ubatch: tokens per graph (chunk).
-    LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch = 512);
+    // n_ctx: context size of the reference context; n_ubatch: tokens per graph (chunk);
+    // repack: libllama's repacked weight layouts (its default; it repacks some matrices kvlab
+    // keeps plain, e.g. attn_output and a tied LM head's duplicate).
+    LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch = 512, bool repack = true);
 
     int32_t n_vocab() const;
     // Clears the reference cache.

@@ -63,9 +63,32 @@ public:
     ggml_tensor * k(int il) const { return layers_[il].k; }  // F16 [head_dim, rows of the layer]
     ggml_tensor * v(int il) const { return layers_[il].v; }
 
-    // Makes room for n more rows in every segment; a segment that is full grows
-    // (reallocating the store and copying) to max(need, 1.5 x capacity).
-    void reserve(int64_t n_more);
+    // Makes room for n more rows in every segment, appended at most `batch` at a time
+    // between slides (batch < 0: all n at once); a segment that is full grows (reallocating
+    // the store and copying) to max(need, 1.5 x capacity). A sliding-window layer that
+    // slides needs no more than max_window_rows(il, batch) rows, whatever n is.
+    void reserve(int64_t n_more, int64_t batch = -1);
+
+    // Sliding-window layers (HParams::window): a row at position x is seen by no query at
+    // next_pos() or later once x <= next_pos() - window. slide() frees such rows, in whole
+    // units of k_slide_rows from the front of each segment, so that the rows that remain
+    // keep their offsets modulo the attention kernel's chunks (its arithmetic, hence the
+    // logits, do not depend on when rows were freed). A sliding layer then holds at most
+    // window - 1 + k_slide_rows - 1 rows between evaluations. While hold_all_rows(true) (a
+    // context prefilled for compression: the methods score every layer's rows) nothing slides.
+    static constexpr int64_t k_slide_rows = 512;
+    void slide();
+    void hold_all_rows(bool hold) { hold_all_ = hold; }
+    bool holds_all_rows() const { return hold_all_; }
+    int32_t window(int il) const { return hp_.window(il); }
+    // The most rows a sliding layer il holds while `batch` tokens are evaluated (-1: no bound).
+    int64_t max_window_rows(int il, int64_t batch) const;
+    // The rows a full cache of an L-token context holds: L per global layer and segment,
+    // min(L, window - 1) per sliding one (the rows the next query can see).
+    int64_t full_rows(int64_t L) const;
+    // True when a failed evaluation was rolled back past rows that slide() had freed: the
+    // store lacks rows that its next query would see, and the engine refuses it.
+    bool lost_rows() const { return lost_rows_; }
     // Records that the graph wrote n rows at the end of every segment, at positions
     // next_pos() .. next_pos()+n-1.
     void commit(int64_t n);
@@ -116,6 +139,9 @@ private:
     int32_t n_head_kv_ = 0;
     int32_t head_dim_ = 0;
     int32_t next_pos_ = 0;
+    bool hold_all_ = false;
+    bool lost_rows_ = false;
+    int32_t freed_below_ = 0;  // every position below it may have been freed by slide()
     ggml_context_ptr ctx_;            // tensor metadata of the K/V tensors
     ggml_backend_buffer_ptr buffer_;  // their data
     std::vector<Layer> layers_;

@@ -101,7 +101,9 @@ public:
     // token [n_vocab]. With all_logits, the logits of every token are stored there
     // (row-major [n_tokens][n_vocab]). Throws when the context would exceed the model's.
     // All or nothing: when anything throws (an observer included), the cache keeps the
-    // rows and next_pos it had before the call.
+    // rows and next_pos it had before the call; on a model with sliding-window layers, if
+    // rows were freed meanwhile that a query at the old next_pos sees, the cache says so
+    // (KvStore::lost_rows) and the engine refuses it from then on.
     std::vector<float> prefill(KvStore & cache, const std::vector<int32_t> & tokens, PrefillStats * stats = nullptr,
                                std::vector<float> * all_logits = nullptr, const QueryObserver * observer = nullptr);
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ggml-cpp.h"
 
@@ -29,7 +30,21 @@ struct HParams {
     float rope_theta = 10000.0f;             // base frequency
     float rope_freq_scale = 1.0f;            // 1 / linear scaling factor
     std::string rope_scaling_type = "none";  // as the GGUF says: none, linear
+    // Sliding-window attention (Gemma 3): on the layers flagged in swa_layers a query at
+    // position p sees only the keys at positions p - n_swa < pos <= p (llama.cpp's
+    // LLAMA_SWA_TYPE_STANDARD); their RoPE base is rope_theta_swa. n_swa 0: every layer global.
+    int32_t n_swa = 0;
+    std::vector<uint8_t> swa_layers;  // [n_layer] 1: sliding-window layer (empty when n_swa == 0)
+    float rope_theta_swa = 10000.0f;
+    // The scale the attention applies to Q.K; 0: 1/sqrt(head_dim). Gemma 3 scales Q in its
+    // graph (as llama.cpp, so that ggml's attention gives libllama's bits) and sets 1.
+    float attn_scale = 0.0f;
     int32_t n_gqa() const { return n_head / n_head_kv; }
+    // The window of layer il (0: a global layer, it sees every earlier key).
+    int32_t window(int il) const { return n_swa > 0 && swa_layers[size_t(il)] ? n_swa : 0; }
+    bool has_sliding_layers() const { return n_swa > 0; }
+    float rope_theta_of(int il) const { return window(il) > 0 ? rope_theta_swa : rope_theta; }
+    float kq_scale() const;
 };
 
 class Architecture;

@@ -12,7 +12,9 @@ namespace kvlab {
 // chunk is computed, when the cache already holds that chunk's keys.
 struct QueryObserver {
     int64_t first = 0;  // first token (0-based in the prefill call) whose queries are wanted
-    // q: F32 [n][n_head][head_dim] of layer il for tokens [tok0, tok0 + n) of the call.
+    // q: F32 [n][n_head][head_dim] of layer il for tokens [tok0, tok0 + n) of the call,
+    // scaled so that q.k / sqrt(head_dim) is the attention's logit on every model (Gemma 3
+    // scales its queries in the graph, as llama.cpp does: the engine undoes that here).
     std::function<void(int il, int64_t tok0, int64_t n, const float * q)> on_queries;
 };
 

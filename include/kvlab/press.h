@@ -27,6 +27,10 @@ namespace kvlab {
 struct Budget {
     double ratio = 0.0;
     int64_t tokens = -1;  // >= 0: use it instead of ratio
+    // Models with sliding-window layers (Gemma 3): false, the method compresses the global
+    // layers and each sliding layer keeps its window (the rows its next query sees); true,
+    // the method's choice applies to the sliding layers too, inside their window.
+    bool sliding = false;
     static Budget from_ratio(double r);
     static Budget from_tokens(int64_t b);
     int64_t per_layer(int64_t L) const;  // B for a context of L rows
@@ -143,8 +147,13 @@ struct CompressStats {
     nlohmann::json to_json() const;
 };
 
+// The layers a budget compresses: every layer, or on a model with sliding-window layers the
+// global ones unless budget.sliding (policies that share a budget across layers use these).
+std::vector<int> compressed_layers(const KvStore & cache, const Budget & budget);
+
 // Plans with `press` for `budget` and compacts the cache, leaving `reserve` free rows per
-// segment for the query and answer tokens.
+// segment for the query and answer tokens. On sliding-window layers the plan is replaced
+// by the layer's window (budget.sliding false) or cut to it (true).
 CompressStats compress(Press & press, KvStore & cache, const Budget & budget, int64_t reserve);
 
 }  // namespace kvlab

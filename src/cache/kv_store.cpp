@@ -154,6 +154,8 @@ KvStore KvStore::copy(int64_t room) const {
         for (int h = 0; h < n_head_kv_; ++h) caps[il][h] = std::max(caps[il][h], n_rows(int(il), h) + room);
     KvStore out(hp_, backend_, caps);
     out.next_pos_ = next_pos_;
+    out.freed_below_ = freed_below_;
+    out.lost_rows_ = lost_rows_;
     std::vector<uint8_t> tmp;
     for (size_t il = 0; il < layers_.size(); ++il) {
         const Layer & l = layers_[il];
@@ -167,15 +169,35 @@ KvStore KvStore::copy(int64_t room) const {
     return out;
 }
 
-void KvStore::reserve(int64_t n_more) {
+int64_t KvStore::max_window_rows(int il, int64_t batch) const {
+    const int32_t w = window(il);
+    if (w == 0 || hold_all_ || batch < 0) return -1;
+    return int64_t(w) - 1 + k_slide_rows - 1 + batch;
+}
+
+int64_t KvStore::full_rows(int64_t L) const {
+    int64_t rows = 0;
+    for (int il = 0; il < n_layer(); ++il) {
+        const int32_t w = window(il);
+        const int64_t dead = w > 0 ? std::max<int64_t>(0, L - (w - 1)) : 0;  // what slide() frees: whole units
+        rows += (L - dead / k_slide_rows * k_slide_rows) * n_head_kv_;
+    }
+    return rows;
+}
+
+void KvStore::reserve(int64_t n_more, int64_t batch) {
     bool grow = false;
     std::vector<std::vector<int64_t>> caps = capacities();
+    const int64_t b = batch < 0 ? n_more : std::min(batch, n_more);
     for (size_t il = 0; il < layers_.size(); ++il)
         for (int h = 0; h < n_head_kv_; ++h) {
-            const int64_t need = n_rows(int(il), h) + n_more;
+            const int64_t rows = n_rows(int(il), h);
+            int64_t need = rows + n_more;
+            const int64_t bound = max_window_rows(int(il), b);  // a sliding layer's most rows
+            if (bound >= 0) need = std::max(rows + b, std::min(need, bound));
             int64_t & cap = caps[il][h];
             if (need > cap) {
-                cap = std::max(need, cap + cap / 2);
+                cap = std::max(need, bound >= 0 ? std::min(cap + cap / 2, bound) : cap + cap / 2);
                 grow = true;
             }
         }
@@ -192,7 +214,38 @@ void KvStore::reserve(int64_t n_more) {
         b.pos = std::move(l.pos);
     }
     bigger.next_pos_ = next_pos_;
+    bigger.hold_all_ = hold_all_;
+    bigger.freed_below_ = freed_below_;
+    bigger.lost_rows_ = lost_rows_;
     *this = std::move(bigger);
+}
+
+void KvStore::slide() {
+    if (hold_all_) return;
+    const size_t row = size_t(head_dim_) * ggml_type_size(GGML_TYPE_F16);
+    std::vector<uint8_t> tmp;
+    for (size_t il = 0; il < layers_.size(); ++il) {
+        const int32_t w = window(int(il));
+        if (w == 0) continue;
+        Layer & l = layers_[il];
+        for (int h = 0; h < n_head_kv_; ++h) {
+            std::vector<int32_t> & pos = l.pos[h];
+            // rows at x <= next_pos - w: no query at next_pos or later sees them
+            const int64_t dead = std::upper_bound(pos.begin(), pos.end(), next_pos_ - w) - pos.begin();
+            const int64_t drop = dead / k_slide_rows * k_slide_rows;
+            if (drop == 0) continue;
+            const int64_t keep = int64_t(pos.size()) - drop;
+            for (ggml_tensor * t : {l.k, l.v}) {
+                tmp.resize(size_t(keep) * row);
+                if (keep > 0) {
+                    ggml_backend_tensor_get(t, tmp.data(), size_t(l.off[h] + drop) * row, tmp.size());
+                    ggml_backend_tensor_set(t, tmp.data(), size_t(l.off[h]) * row, tmp.size());
+                }
+            }
+            freed_below_ = std::max(freed_below_, pos[size_t(drop - 1)] + 1);
+            pos.erase(pos.begin(), pos.begin() + drop);
+        }
+    }
 }
 
 void KvStore::commit(int64_t n) {
@@ -206,12 +259,19 @@ void KvStore::commit(int64_t n) {
 }
 
 void KvStore::rollback(int64_t n) {
+    KVLAB_ASSERT(n >= 0 && n <= next_pos_, "rollback of committed rows");
+    const int32_t from = next_pos_ - int32_t(n);
     for (auto & l : layers_)
         for (auto & p : l.pos) {
-            KVLAB_ASSERT(int64_t(p.size()) >= n, "rollback of committed rows");
-            p.resize(p.size() - size_t(n));
+            // the rows at positions >= from (slide() may have freed some of them already)
+            const auto first = std::lower_bound(p.begin(), p.end(), from);
+            KVLAB_ASSERT(p.end() - first <= n, "rollback of committed rows");
+            p.erase(first, p.end());
         }
     next_pos_ -= int32_t(n);
+    // a freed row at freed_below_ - 1 is seen again by a query at next_pos_ (w on its layer)
+    for (int il = 0; il < n_layer(); ++il)
+        if (window(il) > 0 && freed_below_ > 0 && freed_below_ - 1 > next_pos_ - window(il)) lost_rows_ = true;
 }
 
 void KvStore::truncate(int32_t pos, int64_t reserve) {
@@ -223,8 +283,10 @@ void KvStore::truncate(int32_t pos, int64_t reserve) {
             for (size_t j = 0; j < p.size() && p[j] < pos; ++j) rows.push_back(int32_t(j));
             keep[il].push_back(std::move(rows));
         }
+    next_pos_ = pos;  // before compact(): on sliding layers it frees what no query from pos on sees
+    for (int il = 0; il < n_layer(); ++il)
+        if (window(il) > 0 && freed_below_ > 0 && freed_below_ - 1 > next_pos_ - window(il)) lost_rows_ = true;
     compact(keep, reserve);
-    next_pos_ = pos;
 }
 
 void KvStore::fit(int64_t reserve) {
@@ -238,8 +300,26 @@ void KvStore::fit(int64_t reserve) {
     compact(all, reserve);
 }
 
-void KvStore::compact(const KeepPlan & keep, int64_t reserve) {
-    if (keep.size() != layers_.size()) throw Error("cache", "a compaction plan needs one entry per layer");
+void KvStore::compact(const KeepPlan & plan, int64_t reserve) {
+    if (plan.size() != layers_.size()) throw Error("cache", "a compaction plan needs one entry per layer");
+    // On sliding layers the rows slide() would free go now, before the new store is sized.
+    KeepPlan keep = plan;
+    for (size_t il = 0; il < layers_.size() && !hold_all_; ++il) {
+        const int32_t w = window(int(il));
+        if (w == 0 || keep[il].size() != size_t(n_head_kv_)) continue;
+        for (int h = 0; h < n_head_kv_; ++h) {
+            auto & rows = keep[il][h];
+            int64_t dead = 0;
+            while (dead < int64_t(rows.size()) && rows[dead] >= 0 && rows[dead] < n_rows(int(il), h) &&
+                   layers_[il].pos[h][rows[dead]] <= next_pos_ - w)
+                ++dead;
+            const int64_t drop = dead / k_slide_rows * k_slide_rows;
+            if (drop > 0) {
+                freed_below_ = std::max(freed_below_, layers_[il].pos[h][rows[drop - 1]] + 1);
+                rows.erase(rows.begin(), rows.begin() + drop);
+            }
+        }
+    }
     if (reserve < 0) throw Error("cache", "the reserve cannot be negative");
     std::vector<std::vector<int64_t>> caps(layers_.size(), std::vector<int64_t>(n_head_kv_));
     for (size_t il = 0; il < layers_.size(); ++il) {
@@ -257,6 +337,9 @@ void KvStore::compact(const KeepPlan & keep, int64_t reserve) {
     }
     KvStore out(hp_, backend_, caps);
     out.next_pos_ = next_pos_;
+    out.hold_all_ = hold_all_;
+    out.freed_below_ = freed_below_;
+    out.lost_rows_ = lost_rows_;
     const size_t row = size_t(head_dim_) * ggml_type_size(GGML_TYPE_F16);
     std::vector<uint8_t> src, dst;
     for (size_t il = 0; il < layers_.size(); ++il) {

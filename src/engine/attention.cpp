@@ -71,15 +71,16 @@ inline void score_tile(const v16 * kt, const float * const * q, int d, v16 (&s)[
         for (int y = 0; y < k_kv; ++y) s[x][y] = t[x][y];
 }
 
-// Scales the scores of one vector, masks the lanes at or beyond nb and returns their max.
-inline float scale_mask_max(v16 (&sx)[k_kv], int nb, float scale) {
+// Scales the scores of one vector, masks the lanes before na or at or beyond nb and
+// returns their max.
+inline float scale_mask_max(v16 (&sx)[k_kv], int na, int nb, float scale) {
     typedef int32_t i16 __attribute__((vector_size(k_lanes * sizeof(int32_t))));
     i16 lane;
     for (int i = 0; i < k_lanes; ++i) lane[i] = i;
     v16 mx = sx[0] * 0.0f + k_no_max;
     for (int y = 0; y < k_kv; ++y) {
         const i16 j = lane + y * k_lanes;
-        sx[y] = j < nb ? sx[y] * scale : sx[y] * 0.0f + k_no_max;
+        sx[y] = j < nb && j >= na ? sx[y] * scale : sx[y] * 0.0f + k_no_max;
         mx = mx > sx[y] ? mx : sx[y];
     }
     float m = k_no_max;
@@ -188,7 +189,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
     sc.l.resize(max_vecs);
     sc.row.resize(size_t(dv) * k_lanes);
     KVLAB_ASSERT(group <= k_max_group, "the engine refuses GQA groups beyond the kernel's limit");
-    int64_t visible[k_tile * k_max_group];
+    int64_t first[k_tile * k_max_group], visible[k_tile * k_max_group];
     const float * qv[k_tile * k_max_group];
     int active[k_tile * k_max_group];
 
@@ -199,13 +200,19 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
         const int64_t i1 = std::min<int64_t>(p.n_q, i0 + k_tile);
         const Segment & sg = p.seg[g];
         const int64_t r0 = std::min(sg.n, c * p.chunk_rows);
-        int64_t r_end = r0;
+        int64_t r_end = r0, r_begin = std::min(sg.n, (c + 1) * p.chunk_rows);
         int nv = 0;  // query vectors of the unit: (row i, head qh) in row-major order
         for (int64_t i = i0; i < i1; ++i) {
+            // the query's rows in this chunk: [start, lim) (a window drops the rows before start)
             const int64_t vis = std::upper_bound(sg.pos, sg.pos + sg.n, p.q_pos[i]) - sg.pos;
-            const int64_t lim = std::max(r0, std::min(vis, (c + 1) * p.chunk_rows));
+            const int64_t lo =
+                p.window > 0 ? std::upper_bound(sg.pos, sg.pos + sg.n, p.q_pos[i] - p.window) - sg.pos : 0;
+            const int64_t start = std::max(r0, lo);
+            const int64_t lim = std::max(start, std::min(vis, (c + 1) * p.chunk_rows));
             r_end = std::max(r_end, lim);
+            if (lim > start) r_begin = std::min(r_begin, start);
             for (int qh = g * group; qh < (g + 1) * group; ++qh, ++nv) {
+                first[nv] = start;
                 visible[nv] = lim;
                 qv[nv] = q + i * q_row_stride + qh * q_head_stride;
                 std::fill(&sc.acc[size_t(nv) * dv], &sc.acc[size_t(nv + 1) * dv], v16{});
@@ -213,7 +220,10 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                 sc.l[nv] = 0.0f;
             }
         }
-        for (int64_t b = r0; b < r_end; b += k_block) {
+        // blocks stay at their offsets from the chunk's start (the arithmetic of a row never
+        // depends on which rows before it are out of every query's window)
+        for (int64_t b = r0 + (std::max(r0, std::min(r_begin, r_end)) - r0) / k_block * k_block; b < r_end;
+             b += k_block) {
             const int nr = int(std::min<int64_t>(k_block, r_end - b));
             float * kt = reinterpret_cast<float *>(sc.kt.data());  // [d][k_block]
             float * vb = reinterpret_cast<float *>(sc.vb.data());  // [k_block][dv * k_lanes]
@@ -229,7 +239,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
             }
             int na = 0;
             for (int t = 0; t < nv; ++t)
-                if (visible[t] > b) active[na++] = t;
+                if (visible[t] > b && first[t] < b + k_block && first[t] < visible[t]) active[na++] = t;
             for (int a0 = 0; a0 < na; a0 += k_mq) {
                 const int mq = std::min(k_mq, na - a0);
                 const float * qs[k_mq];
@@ -242,9 +252,10 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                 for (int x = 0; x < mq; ++x) {
                     const int t = active[a0 + x];
                     const int nb = int(std::min<int64_t>(k_block, visible[t] - b));
+                    const int na0 = int(std::max<int64_t>(0, first[t] - b));  // lanes before the window
                     nb_max = std::max(nb_max, nb);
                     float * sx = reinterpret_cast<float *>(s[x]);
-                    const float mb = scale_mask_max(s[x], nb, p.scale);
+                    const float mb = scale_mask_max(s[x], na0, nb, p.scale);
                     v16 * acc = &sc.acc[size_t(t) * dv];
                     if (mb > sc.m[t]) {
                         const float f = std::exp(sc.m[t] - mb);
@@ -254,6 +265,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                     }
                     const float mt = sc.m[t];
                     for (int j = 0; j < k_block; ++j) sx[j] = std::exp(sx[j] - mt);
+                    for (int j = 0; j < na0; ++j) sx[j] = 0.0f;
                     for (int j = nb; j < k_block; ++j) sx[j] = 0.0f;
                     sc.l[t] += sum_block(s[x]);
                     accs[x] = acc;

@@ -33,6 +33,8 @@ struct Problem {
     int32_t head_dim = 0;
     float scale = 1.0f;
     const int32_t * q_pos = nullptr;  // [n_q] absolute positions; a query sees rows with pos <= its own
+    // > 0: a sliding-window layer, a query at p sees only rows with p - window < pos <= p
+    int32_t window = 0;
     std::vector<Segment> seg;         // [n_head_kv]
     // Rows are taken in fixed chunks of chunk_rows (chunk c = rows [c*chunk_rows, (c+1)*chunk_rows)),
     // each chunk's partial result merged in chunk order: the arithmetic of every output

@@ -57,7 +57,7 @@ public:
           use_ggml_(use_ggml),
           observe_(observe),
           q_seen_(hp.n_layer, nullptr),
-          scale_(1.0f / std::sqrt(float(hp.head_dim))),
+          scale_(hp.kq_scale()),
           row_(size_t(hp.head_dim) * sizeof(ggml_fp16_t)) {}
 
     ggml_tensor * operator()(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
@@ -110,17 +110,20 @@ private:
     ggml_tensor * flash(int il, ggml_tensor * q) {
         const std::vector<int32_t> & kpos = cache_.positions(il, 0);
         const int64_t n_kv = int64_t(kpos.size());
+        const int32_t window = hp_.window(il);
         size_t mi = 0;
-        while (mi < masks_.size() && *mask_pos_[mi] != kpos) ++mi;
+        while (mi < masks_.size() && (*mask_pos_[mi] != kpos || mask_window_[mi] != window)) ++mi;
         if (mi == masks_.size()) {
             ggml_tensor * mask = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, n_kv, n());  // F16 [n_kv, n]
             ggml_set_input(mask);
             std::vector<ggml_fp16_t> m(size_t(n_kv) * n());
             const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
             for (int64_t i = 0; i < n(); ++i)
-                for (int64_t j = 0; j < n_kv; ++j) m[i * n_kv + j] = kpos[j] <= pos_[i] ? zero : ninf;
+                for (int64_t j = 0; j < n_kv; ++j)
+                    m[i * n_kv + j] = kpos[j] <= pos_[i] && (window == 0 || pos_[i] - kpos[j] < window) ? zero : ninf;
             masks_.emplace_back(mask, std::move(m));
             mask_pos_.push_back(&kpos);
+            mask_window_.push_back(window);
         }
         const size_t seg = size_t(cache_.capacity(il, 0)) * row_;
         ggml_tensor * ks = ggml_view_3d(ctx_, cache_.k(il), hp_.head_dim, n_kv, hp_.n_head_kv, row_, seg, 0);
@@ -139,6 +142,9 @@ private:
         p->head_dim = hp_.head_dim;
         p->scale = scale_;
         p->q_pos = pos_.data();
+        p->window = hp_.window(il);
+        static_assert(KvStore::k_slide_rows % 512 == 0, "slide() frees whole chunks of the kernel");
+        KVLAB_ASSERT(KvStore::k_slide_rows % p->chunk_rows == 0, "slide() frees whole chunks of the kernel");
         const auto * kd = static_cast<const char *>(cache_.k(il)->data);
         const auto * vd = static_cast<const char *>(cache_.v(il)->data);
         for (int h = 0; h < hp_.n_head_kv; ++h) {
@@ -167,6 +173,7 @@ private:
     size_t row_;  // bytes of one F16 row
     std::vector<std::pair<ggml_tensor *, std::vector<ggml_fp16_t>>> masks_;
     std::vector<const std::vector<int32_t> *> mask_pos_;  // the position set of each mask
+    std::vector<int32_t> mask_window_;                    // and its window (0: causal only)
     std::vector<std::unique_ptr<attn::Problem>> problems_;
 };
 
@@ -225,6 +232,8 @@ uint64_t Engine::compute_bytes() const {
 void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out,
                   const QueryObserver * observer, int64_t tok0) {
     const HParams & hp = model_.hparams();
+    if (cache.lost_rows())
+        throw Error("engine", "the cache lost rows of its sliding-window layers in a failed evaluation; prefill it again");
     cache.reserve(n);
     KVLAB_ASSERT(ggml_backend_buffer_is_host(cache.k(0)->buffer), "the KV store lives in host memory");
     const int32_t pos0 = cache.next_pos();
@@ -277,14 +286,19 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
         const int64_t first = std::max<int64_t>(0, observer->first - tok0);
         const int64_t per_row = int64_t(hp.n_head) * hp.head_dim;
         std::vector<float> qrows(size_t((n - first) * per_row));
+        // observers see q.k / sqrt(head_dim) as the logit (1 where the kernel scales by that)
+        const float q_factor = hp.attn_scale > 0.0f ? hp.attn_scale * std::sqrt(float(hp.head_dim)) : 1.0f;
         for (int il = 0; il < hp.n_layer; ++il) {
             ggml_tensor * q = store.queries(il);  // F32 [head_dim, n_head, n], contiguous rope output
             KVLAB_ASSERT(q && ggml_is_contiguous(q), "observed queries are contiguous");
             ggml_backend_tensor_get(q, qrows.data(), first * q->nb[2], qrows.size() * sizeof(float));
+            if (q_factor != 1.0f)
+                for (float & x : qrows) x *= q_factor;
             observer->on_queries(il, tok0 + first, n - first, qrows.data());
         }
     }
     guard.release();
+    cache.slide();  // sliding-window layers free the rows no later query sees
 }
 
 std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> & tokens, PrefillStats * stats,
@@ -302,7 +316,7 @@ std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> &
     const int64_t n_vocab = hp.n_vocab;
     std::vector<float> last(n_vocab);
     if (all_logits) all_logits->assign(tokens.size() * size_t(n_vocab), 0.0f);
-    cache.reserve(int64_t(tokens.size()));
+    cache.reserve(int64_t(tokens.size()), opts_.chunk_size);
     // A prefill is all or nothing: the chunks committed before one that throws are undone.
     CommitGuard guard(cache);
     const double t0 = now_seconds();
@@ -354,7 +368,7 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
     if (max_tokens < 1)
         throw Error("engine", "no room left in the model's context (" + std::to_string(model_.hparams().n_ctx_train) +
                                   " tokens) for an answer");
-    cache.reserve(int64_t(query.size()) + max_tokens);
+    cache.reserve(int64_t(query.size()) + max_tokens, opts_.chunk_size);
 
     const double t0 = now_seconds();
     std::vector<float> logits = prefill(cache, query);  // F32 [n_vocab], overwritten by each step

@@ -27,11 +27,13 @@ Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float nor
     return r;
 }
 
-ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_factors) {
+ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_factors, int il) {
     const HParams & hp = g.hp;
+    // a sliding layer: its own base, no scaling (llama.cpp's rope_freq_scale_train_swa = 1)
+    const float scale = hp.window(il) > 0 ? 1.0f : hp.rope_freq_scale;
     // ext_factor 0: no YaRN; attn_factor 1; beta_fast 32, beta_slow 1 (llama.cpp's defaults)
-    return ggml_rope_ext(g.ctx, x, g.in.pos, freq_factors, hp.n_rot, hp.rope_mode, hp.n_ctx_train, hp.rope_theta,
-                         hp.rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
+    return ggml_rope_ext(g.ctx, x, g.in.pos, freq_factors, hp.n_rot, hp.rope_mode, hp.n_ctx_train,
+                         hp.rope_theta_of(il), scale, 0.0f, 1.0f, 32.0f, 1.0f);
 }
 
 ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_tensor * wo, ggml_tensor * bo) {
@@ -44,12 +46,19 @@ ggml_tensor * ffn_silu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tens
     return ggml_mul_mat(ctx, w.down, ggml_mul(ctx, gate, ggml_mul_mat(ctx, w.up, x)));
 }
 
+ggml_tensor * ffn_gelu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
+    return ggml_mul_mat(ctx, w.down, ggml_geglu_split(ctx, ggml_mul_mat(ctx, w.gate, x), ggml_mul_mat(ctx, w.up, x)));
+}
+
 ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x) {
     return g.in.out_ids ? ggml_get_rows(g.ctx, x, g.in.out_ids) : x;
 }
 
-ggml_tensor * lm_head(const GraphContext & g, ggml_tensor * x, ggml_tensor * norm, float eps, ggml_tensor * w_out) {
+ggml_tensor * lm_head(const GraphContext & g, ggml_tensor * x, ggml_tensor * norm, float eps, ggml_tensor * w_out,
+                      float softcap) {
     ggml_tensor * logits = ggml_mul_mat(g.ctx, w_out, rms_norm(g.ctx, x, norm, eps));
+    if (softcap > 0.0f)
+        logits = ggml_scale(g.ctx, ggml_tanh(g.ctx, ggml_scale(g.ctx, logits, 1.0f / softcap)), softcap);
     ggml_build_forward_expand(g.gf, logits);
     return logits;
 }

@@ -38,9 +38,9 @@ struct Qkv {
 // heads, then the optional per-head norms of Q and K (eps). Before RoPE.
 Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float norm_eps);
 
-// RoPE (g.hp's parameters) of x F32 [head_dim, n_heads, n_tokens] at g.in.pos;
-// freq_factors F32 [n_rot/2] or nullptr.
-ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_factors);
+// RoPE (g.hp's parameters; layer il's base: rope_theta, or rope_theta_swa on a sliding
+// layer) of x F32 [head_dim, n_heads, n_tokens] at g.in.pos; freq_factors F32 [n_rot/2] or nullptr.
+ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_factors, int il);
 
 // Attention of layer il over the KV store (through the engine's g.attention; the new
 // keys and values are appended to the store) and the output projection wo
@@ -56,13 +56,19 @@ struct FfnWeights {
 // down(silu(gate x) * up x): x F32 [n_embd, n_tokens] -> F32 [n_embd, n_tokens].
 ggml_tensor * ffn_silu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x);
 
+// down(gelu(gate x) * up x), GELU's tanh approximation (ggml_geglu_split, as llama.cpp's
+// LLM_FFN_GELU with a parallel gate): x F32 [n_embd, n_tokens] -> F32 [n_embd, n_tokens].
+ggml_tensor * ffn_gelu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x);
+
 // Only the rows of x F32 [n, n_tokens] whose logits are wanted (g.in.out_ids): the last
 // layer applies it to its residual and attention output, so its FFN and the head see
 // n_out rows. x itself when there are no out_ids.
 ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x);
 
-// Final RMS norm (norm F32 [n_embd], eps) and LM head w_out [n_embd, n_vocab]; expands
-// g.gf up to the logits F32 [n_vocab, n_out] and returns them.
-ggml_tensor * lm_head(const GraphContext & g, ggml_tensor * x, ggml_tensor * norm, float eps, ggml_tensor * w_out);
+// Final RMS norm (norm F32 [n_embd], eps) and LM head w_out [n_embd, n_vocab]; with
+// softcap > 0 the logits become softcap * tanh(logits / softcap). Expands g.gf up to the
+// logits F32 [n_vocab, n_out] and returns them.
+ggml_tensor * lm_head(const GraphContext & g, ggml_tensor * x, ggml_tensor * norm, float eps, ggml_tensor * w_out,
+                      float softcap = 0.0f);
 
 }  // namespace kvlab::graph

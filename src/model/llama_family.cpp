@@ -72,8 +72,8 @@ public:
         for (int il = 0; il < n_layer; ++il) {
             const LlamaLayer & l = layers_[il];
             graph::Qkv a = graph::qkv(g, l.attn, graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), rms_eps_);
-            a.q = graph::rope(g, a.q, rope_freqs_);
-            a.k = graph::rope(g, a.k, rope_freqs_);
+            a.q = graph::rope(g, a.q, rope_freqs_, il);
+            a.k = graph::rope(g, a.k, rope_freqs_, il);
             ggml_tensor * o = graph::attention(g, il, a, l.wo);  // F32 [n_embd, n_tokens]
             if (il == n_layer - 1) {
                 // only the rows whose logits are wanted go through the last FFN and the head

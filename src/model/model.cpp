@@ -1,6 +1,7 @@
 #include "kvlab/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -80,6 +81,10 @@ void read_tensor_data(const std::string & path, const gguf_context * gguf, ggml_
 }
 
 }  // namespace
+
+float HParams::kq_scale() const {
+    return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(float(head_dim));
+}
 
 Model::Model() = default;
 Model::~Model() = default;

@@ -31,6 +31,13 @@ nlohmann::json hparams_json(const Model & model) {
                   {"freq_scale", hp.rope_freq_scale},
                   {"freq_factors", model.rope_freq_factors() != nullptr}}},
     };
+    if (hp.has_sliding_layers()) {  // only then: the other models' hashes stay what they were
+        std::vector<int> sliding;
+        for (int il = 0; il < hp.n_layer; ++il)
+            if (hp.window(il) > 0) sliding.push_back(il);
+        j["sliding_window"] = {{"n_swa", hp.n_swa}, {"layers", sliding}, {"rope_theta", hp.rope_theta_swa}};
+        j["attn_scale"] = hp.kq_scale();
+    }
     model.arch().describe(j);  // n_ff, rms_eps, ...: what the architecture has
     return j;
 }

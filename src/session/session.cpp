@@ -17,7 +17,7 @@ ContextQuery split_query(const Tokenizer::SplitPrompt & p, bool query_aware) {
 }
 
 double achieved_ratio(const KvStore & c, int64_t context_rows) {
-    const double full = double(context_rows) * c.n_layer() * c.n_head_kv();
+    const double full = double(c.full_rows(context_rows));  // sliding layers: their window
     return full > 0 ? 1.0 - double(c.total_rows()) / full : 0.0;
 }
 
@@ -42,6 +42,9 @@ void ContextSession::prefill(const std::vector<int32_t> & context) {
                                    std::to_string(opts_.max_answer_tokens) + ") that exceeds the model's context of " +
                                    std::to_string(n_ctx) + " tokens");
     auto base = std::make_unique<KvStore>(engine_.new_cache(L));
+    // The methods score every layer's rows: sliding-window layers keep their whole context
+    // until compress() (full() and compress() free what the windows no longer see).
+    base->hold_all_rows(!presses_.empty());
     ObserverSet observers(engine_.model());
     for (auto & p : presses_) observers.add(p->observer(*base, L));
     PrefillStats ps;

@@ -95,6 +95,16 @@ const std::vector<ArchLayout> & layouts() {
         {"qwen3",
          {{"attn_v.weight", "attn_q_norm.weight", Kind::Norm, Width::head},
           {"attn_v.weight", "attn_k_norm.weight", Kind::Norm, Width::head}}},
+        // sliding window from TinySpec::sliding_window; every 6th layer global (no pattern key);
+        // the sliding layers' RoPE base differs from the global one
+        {"gemma3",
+         {{"attn_v.weight", "attn_q_norm.weight", Kind::Norm, Width::head},
+          {"attn_v.weight", "attn_k_norm.weight", Kind::Norm, Width::head},
+          {"attn_output.weight", "post_attention_norm.weight", Kind::Norm, Width::embd},
+          {"ffn_down.weight", "post_ffw_norm.weight", Kind::Norm, Width::embd}},
+         false,
+         {},
+         {{"rope.freq_base_swa", 1000.0f}}},
     };
     return l;
 }
@@ -275,6 +285,7 @@ void set_hparams(gguf_context * out, const TinySpec & s, uint32_t n_vocab) {
     gguf_set_val_f32(out, (a + "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
     const ArchLayout * layout = find_layout(s.arch);
     for (const auto & [key, v] : layout->u32_keys) gguf_set_val_u32(out, (a + key).c_str(), v);
+    if (s.sliding_window > 0) gguf_set_val_u32(out, (a + "attention.sliding_window").c_str(), uint32_t(s.sliding_window));
     for (const auto & [key, v] : layout->f32_keys) gguf_set_val_f32(out, (a + key).c_str(), v);
 }
 

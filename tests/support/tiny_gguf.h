@@ -14,7 +14,7 @@
 namespace kvlab::test {
 
 struct TinySpec {
-    std::string arch;  // a row of the layout table in tiny_gguf.cpp: "llama" | "qwen2" | "qwen3"
+    std::string arch;  // a row of the layout table in tiny_gguf.cpp: "llama" | "qwen2" | "qwen3" | "gemma3"
     int n_layer = 2;
     int n_embd = 64;
     int n_head = 4;
@@ -23,6 +23,7 @@ struct TinySpec {
     int n_ff = 128;
     int n_ctx_train = 2048;
     float rope_theta = 10000.f;
+    int sliding_window = 0;  // > 0: <arch>.attention.sliding_window (gemma3: every 6th layer stays global)
     float rms_eps = 1e-5f;
     uint64_t seed = 1;
     bool tie_embeddings = true;             // no output.weight: the LM head is token_embd

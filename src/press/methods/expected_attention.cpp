@@ -16,11 +16,12 @@
 namespace kvlab::press {
 namespace {
 
-// The rotation pairs (a, b) of RoPE and their inverse frequencies (angle = pos * inv_freq).
+// The rotation pairs (a, b) of RoPE and their inverse frequencies (angle = pos * inv_freq)
+// of layer il (a sliding-window layer has its own base and no scaling).
 struct Rope {
     std::vector<int> a, b;
     std::vector<double> inv_freq;
-    explicit Rope(const Model & m) {
+    Rope(const Model & m, int il) {
         const HParams & hp = m.hparams();
         const int half = hp.n_rot / 2;
         std::vector<float> ff(size_t(half), 1.0f);
@@ -30,8 +31,8 @@ struct Rope {
             const bool neox = hp.rope_mode == GGML_ROPE_TYPE_NEOX;
             a.push_back(neox ? i : 2 * i);
             b.push_back(neox ? i + half : 2 * i + 1);
-            inv_freq.push_back(double(hp.rope_freq_scale) * std::pow(double(hp.rope_theta), -2.0 * i / hp.n_rot) /
-                               ff[i]);
+            const double scale = hp.window(il) > 0 ? 1.0 : double(hp.rope_freq_scale);
+            inv_freq.push_back(scale * std::pow(double(hp.rope_theta_of(il)), -2.0 * i / hp.n_rot) / ff[i]);
         }
     }
     // x <- R(c, s) x on every pair, with per-pair cos and sin.
@@ -46,7 +47,8 @@ struct Rope {
 
 class ExpectedScorer : public Scorer {
 public:
-    ExpectedScorer(const Params & p, const Model & m) : hp_(m.hparams()), n_threads_(m.n_threads()), rope_(m) {
+    ExpectedScorer(const Params & p, const Model & m) : hp_(m.hparams()), n_threads_(m.n_threads()) {
+        for (int il = 0; il < hp_.n_layer; ++il) rope_.emplace_back(m, il);
         n_future_ = p.get_int("n_future");
         n_sink_ = p.get_int("n_sink");
         use_cov_ = p.get_bool("covariance");
@@ -67,8 +69,9 @@ public:
         obs_.on_queries = [this, observe_s](int il, int64_t tok0, int64_t n, const float * q) {
             const double t0 = now_seconds();
             const int d = hp_.head_dim, H = hp_.n_head;
+            const Rope & rope = rope_[size_t(il)];
             parallel_for(H, n_threads_, [&](int64_t qh) {
-                std::vector<double> x(static_cast<size_t>(d)), c(rope_.a.size()), s(rope_.a.size());
+                std::vector<double> x(static_cast<size_t>(d)), c(rope.a.size()), s(rope.a.size());
                 double * sm = sum_[il].data() + qh * d;
                 double * s2 = sum2_[il].data() + qh * d * d;
                 for (int64_t r = 0; r < n; ++r) {
@@ -76,10 +79,10 @@ public:
                     for (int e = 0; e < d; ++e) x[e] = qr[e];
                     const double pos = double(tok0 + r);
                     for (size_t i = 0; i < c.size(); ++i) {  // the inverse rotation: angle -pos * f
-                        c[i] = std::cos(pos * rope_.inv_freq[i]);
-                        s[i] = -std::sin(pos * rope_.inv_freq[i]);
+                        c[i] = std::cos(pos * rope.inv_freq[i]);
+                        s[i] = -std::sin(pos * rope.inv_freq[i]);
                     }
-                    rope_.apply(x.data(), c, s);
+                    rope.apply(x.data(), c, s);
                     for (int e = 0; e < d; ++e) {
                         sm[e] += x[e];
                         for (int f = 0; f < d; ++f) s2[e * d + f] += x[e] * x[f];
@@ -97,15 +100,20 @@ public:
         if (sum_.empty() || L != L_ || count_ < 1)
             throw Error("press", "expected_attention: the context's queries were not observed during prefill");
         const int d = hp_.head_dim, group = hp_.n_gqa();
-        // the RoPE rotation averaged over the next n_future positions
-        std::vector<double> cbar(rope_.a.size(), 0.0), sbar(rope_.a.size(), 0.0);
-        for (size_t i = 0; i < cbar.size(); ++i) {
-            for (int64_t t = 0; t < n_future_; ++t) {
-                cbar[i] += std::cos(double(L + t) * rope_.inv_freq[i]);
-                sbar[i] += std::sin(double(L + t) * rope_.inv_freq[i]);
+        // each layer's RoPE rotation averaged over the next n_future positions
+        std::vector<std::vector<double>> cbars, sbars;
+        for (const Rope & rope : rope_) {
+            std::vector<double> cbar(rope.a.size(), 0.0), sbar(rope.a.size(), 0.0);
+            for (size_t i = 0; i < cbar.size(); ++i) {
+                for (int64_t t = 0; t < n_future_; ++t) {
+                    cbar[i] += std::cos(double(L + t) * rope.inv_freq[i]);
+                    sbar[i] += std::sin(double(L + t) * rope.inv_freq[i]);
+                }
+                cbar[i] /= double(n_future_);
+                sbar[i] /= double(n_future_);
             }
-            cbar[i] /= double(n_future_);
-            sbar[i] /= double(n_future_);
+            cbars.push_back(std::move(cbar));
+            sbars.push_back(std::move(sbar));
         }
         Scores s;
         s.L = L;
@@ -113,6 +121,8 @@ public:
         s.s.assign(hp_.n_layer, std::vector<std::vector<float>>(hp_.n_head_kv));
         parallel_for(int64_t(hp_.n_layer) * hp_.n_head_kv, n_threads_, [&](int64_t u) {
             const int il = int(u / hp_.n_head_kv), h = int(u % hp_.n_head_kv);
+            const Rope & rope = rope_[size_t(il)];
+            const std::vector<double> &cbar = cbars[size_t(il)], &sbar = sbars[size_t(il)];
             std::vector<float> mu(size_t(group) * d), sigma(size_t(group) * d * d);
             std::vector<double> m(static_cast<size_t>(d)), cov(size_t(d) * d);
             for (int g = 0; g < group; ++g) {
@@ -122,9 +132,9 @@ public:
                 for (int e = 0; e < d; ++e) m[e] = sm[e] / double(count_);
                 for (int e = 0; e < d; ++e)
                     for (int f = 0; f < d; ++f) cov[e * d + f] = s2[e * d + f] / double(count_) - m[e] * m[f];
-                rope_.apply(m.data(), cbar, sbar);
-                for (int f = 0; f < d; ++f) rope_.apply(cov.data() + f, cbar, sbar, d);           // columns: R S
-                for (int e = 0; e < d; ++e) rope_.apply(cov.data() + size_t(e) * d, cbar, sbar);  // rows: (R S) R^T
+                rope.apply(m.data(), cbar, sbar);
+                for (int f = 0; f < d; ++f) rope.apply(cov.data() + f, cbar, sbar, d);           // columns: R S
+                for (int e = 0; e < d; ++e) rope.apply(cov.data() + size_t(e) * d, cbar, sbar);  // rows: (R S) R^T
                 for (int e = 0; e < d; ++e) mu[size_t(g) * d + e] = float(m[e]);
                 for (size_t e = 0; e < cov.size(); ++e) sigma[size_t(g) * d * d + e] = float(cov[e]);
             }
@@ -138,7 +148,7 @@ public:
 private:
     HParams hp_;
     int n_threads_;
-    Rope rope_;
+    std::vector<Rope> rope_;  // [n_layer]
     int64_t n_future_ = 512, n_sink_ = 4, L_ = 0, count_ = 0;
     bool use_cov_ = true, use_vnorm_ = true;
     std::vector<std::vector<double>> sum_, sum2_;  // [layer][n_head][d], [layer][n_head][d][d]

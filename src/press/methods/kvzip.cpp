@@ -82,9 +82,9 @@ public:
         for (auto & layer : keep)
             for (auto & head : layer) std::fill(head.begin(), head.begin() + sink, 1);
         // candidates: (layer, head, row) past the sinks; ties go to the lower index
-        const auto select = [&](int l0, int l1, int64_t n_pick) {
+        const auto select = [&](const std::vector<int> & layers, int64_t n_pick) {
             std::vector<int64_t> idx;
-            for (int il = l0; il < l1; ++il)
+            for (int il : layers)
                 for (int h = 0; h < n_head; ++h)
                     for (int64_t j = sink; j < L; ++j) idx.push_back((int64_t(il) * n_head + h) * L + j);
             n_pick = std::min<int64_t>(n_pick, int64_t(idx.size()));
@@ -95,10 +95,13 @@ public:
             for (int64_t i = 0; i < n_pick; ++i) keep[idx[i] / L / n_head][(idx[i] / L) % n_head][idx[i] % L] = 1;
         };
         const int64_t per_layer = (B - sink) * n_head;  // rows past the sinks a layer keeps on average
+        // the layers the budget compresses (a sliding-window layer keeps its window unless
+        // budget.sliding): the global threshold is over theirs only
+        const std::vector<int> layers = compressed_layers(cache, budget);
         if (layerwise_) {
-            for (int il = 0; il < n_layer; ++il) select(il, il + 1, per_layer);
+            for (int il : layers) select({il}, per_layer);
         } else {
-            select(0, n_layer, per_layer * n_layer);
+            select(layers, per_layer * int64_t(layers.size()));
         }
         KeepPlan plan(n_layer, std::vector<std::vector<int32_t>>(n_head));
         for (int il = 0; il < n_layer; ++il)

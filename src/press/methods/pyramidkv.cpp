@@ -20,14 +20,22 @@ const MethodRegistrar reg([] {
         if (rule != "factory" && rule != "kvpress")
             throw Error("press", "pyramidkv: budgets must be factory or kvpress, not '" + rule + "'");
         return scored_press(
-            make_window_scorer(p, m), [beta, rule](const Scores & s, const Budget & b, const KvStore &) {
+            make_window_scorer(p, m), [beta, rule](const Scores & s, const Budget & b, const KvStore & cache) {
                 check_budget(s, b.per_layer(s.L));
-                const int n_layer = int(s.s.size());
+                // the schedule falls over the layers the budget compresses (on Gemma 3 the
+                // global ones, in depth order); the others keep everything here
+                const std::vector<int> layers = compressed_layers(cache, b);
+                const int n = int(layers.size());
+                std::vector<int64_t> sched;
                 if (rule == "kvpress") {
                     const double keep = b.tokens >= 0 ? double(b.tokens) / double(s.L) : 1.0 - b.ratio;
-                    return select_per_layer_budget(s, pyramid_budgets_kvpress(s.L, keep, s.window, n_layer, beta));
+                    sched = pyramid_budgets_kvpress(s.L, keep, s.window, n, beta);
+                } else {
+                    sched = pyramid_budgets(s.L, b.per_layer(s.L), s.window, n, beta);
                 }
-                return select_per_layer_budget(s, pyramid_budgets(s.L, b.per_layer(s.L), s.window, n_layer, beta));
+                std::vector<int64_t> B(s.s.size(), s.L);
+                for (int i = 0; i < n; ++i) B[size_t(layers[size_t(i)])] = sched[size_t(i)];
+                return select_per_layer_budget(s, B);
             });
     };
     r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"budgets", "kvpress"}};

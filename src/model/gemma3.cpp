@@ -1,0 +1,143 @@
+// Architecture `gemma3`: Gemma 3 (text), as llama.cpp's src/models/gemma3.cpp. Sliding-window
+// layers (a query sees the last n_swa positions; RoPE base rope.freq_base_swa, 10,000 when
+// absent) interleaved with global ones (rope.freq_base): every n-th layer is global, n from
+// attention.sliding_window_pattern (6 when absent), or the pattern is a per-layer array.
+// Each block: RMS norm, Q/K/V, per-head RMS norms of Q and K, RoPE, Q scaled by
+// 1/sqrt(head_dim) (1/sqrt(n_embd/n_head) on the 62-layer 27B, as gemma_pytorch's
+// query_pre_attn_scalar), the output projection, a post-attention RMS norm, the residual;
+// RMS norm, GELU-gated FFN, a post-FFN RMS norm, the residual. Embeddings scaled by
+// sqrt(n_embd); optional final logit soft-capping. The GGUF's norm weights already hold
+// Gemma's (1 + w).
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "gguf.h"
+#include "model/arch.h"
+#include "model/graph_builders.h"
+
+namespace kvlab {
+namespace {
+
+struct Gemma3Layer {
+    ggml_tensor * attn_norm = nullptr;       // F32 [n_embd]
+    graph::QkvWeights attn;                  // Q, K, V and the per-head norms of Q and K
+    ggml_tensor * wo = nullptr;              // [n_head*head_dim, n_embd]
+    ggml_tensor * attn_post_norm = nullptr;  // F32 [n_embd]
+    ggml_tensor * ffn_norm = nullptr;        // F32 [n_embd]
+    graph::FfnWeights ffn;                   // gate, up [n_embd, n_ff]; down [n_ff, n_embd]
+    ggml_tensor * ffn_post_norm = nullptr;   // F32 [n_embd]
+};
+
+// Which layers slide: the GGUF's per-layer array, or every layer but each n-th (llama.cpp's
+// set_swa_pattern: layer il slides when il % n < n - 1; n == 0: all of them).
+std::vector<uint8_t> swa_pattern(const ModelReader & r, int n_layer) {
+    const std::string key = r.key("attention.sliding_window_pattern");
+    const int64_t id = gguf_find_key(r.gguf(), key.c_str());
+    std::vector<uint8_t> out(size_t(n_layer), 0);
+    if (id >= 0 && gguf_get_kv_type(r.gguf(), id) == GGUF_TYPE_ARRAY) {
+        if (gguf_get_arr_type(r.gguf(), id) != GGUF_TYPE_BOOL || gguf_get_arr_n(r.gguf(), id) < size_t(n_layer))
+            r.fail(key + " must be an array of at least block_count booleans");
+        const auto * v = static_cast<const int8_t *>(gguf_get_arr_data(r.gguf(), id));
+        for (int il = 0; il < n_layer; ++il) out[size_t(il)] = v[il] != 0;
+        return out;
+    }
+    const int32_t n = r.get_int(key, 6, 0, 1 << 16);
+    for (int il = 0; il < n_layer; ++il) out[size_t(il)] = n == 0 || il % n < n - 1;
+    return out;
+}
+
+class Gemma3 final : public Architecture {
+public:
+    void load(const ModelReader & r, HParams & hp) override {
+        hp.rope_mode = GGML_ROPE_TYPE_NEOX;
+        using Role = ModelReader::Role;
+        constexpr Role mat = Role::matrix, vec = Role::vector;
+        n_ff_ = r.required_int(r.key("feed_forward_length"), 1, 1 << 20);
+        rms_eps_ = r.get_float(r.key("attention.layer_norm_rms_epsilon"), 1e-6f, 1e-12f, 1.0f);
+        softcap_ = r.get_float(r.key("final_logit_softcapping"), 0.0f, 0.0f, 1e6f);
+        hp.n_swa = r.get_int(r.key("attention.sliding_window"), 0, 0, INT32_MAX);
+        if (hp.n_swa > 0) {
+            hp.swa_layers = swa_pattern(r, hp.n_layer);
+            hp.rope_theta_swa = r.get_float(r.key("rope.freq_base_swa"), 10000.0f, 1e-3f, 1e12f);
+        }
+        // gemma_pytorch's query_pre_attn_scalar: n_embd / n_head on the 27B, head_dim elsewhere;
+        // applied to Q in the graph (llama.cpp's order of operations), the attention's own scale 1
+        q_scale_ = hp.n_layer == 62 ? 1.0f / std::sqrt(float(hp.n_embd / hp.n_head))
+                                         : 1.0f / std::sqrt(float(hp.head_dim));
+        hp.attn_scale = 1.0f;
+
+        const int64_t n_embd = hp.n_embd, n_q = int64_t(hp.n_head) * hp.head_dim;
+        const int64_t n_kv = int64_t(hp.n_head_kv) * hp.head_dim, n_ff = n_ff_;
+        tok_embd_ = r.required("token_embd.weight", {n_embd, -1}, mat);
+        output_norm_ = r.required("output_norm.weight", {n_embd}, vec);
+        output_ = r.optional("output.weight", {n_embd, tok_embd_->ne[1]}, mat);
+        if (!output_) output_ = tok_embd_;
+        if (tok_embd_->ne[1] > INT32_MAX) r.fail("token_embd has more rows than token ids can name");
+        hp.n_vocab = int32_t(output_->ne[1]);
+
+        layers_.resize(hp.n_layer);
+        for (int il = 0; il < hp.n_layer; ++il) {
+            Gemma3Layer & l = layers_[il];
+            l.attn_norm = r.required_layer(il, "attn_norm.weight", {n_embd}, vec);
+            l.attn.wq = r.required_layer(il, "attn_q.weight", {n_embd, n_q}, mat);
+            l.attn.wk = r.required_layer(il, "attn_k.weight", {n_embd, n_kv}, mat);
+            l.attn.wv = r.required_layer(il, "attn_v.weight", {n_embd, n_kv}, mat);
+            l.attn.q_norm = r.required_layer(il, "attn_q_norm.weight", {hp.head_dim}, vec);
+            l.attn.k_norm = r.required_layer(il, "attn_k_norm.weight", {hp.head_dim}, vec);
+            l.wo = r.required_layer(il, "attn_output.weight", {n_q, n_embd}, mat);
+            l.attn_post_norm = r.required_layer(il, "post_attention_norm.weight", {n_embd}, vec);
+            l.ffn_norm = r.required_layer(il, "ffn_norm.weight", {n_embd}, vec);
+            l.ffn.gate = r.required_layer(il, "ffn_gate.weight", {n_embd, n_ff}, mat);
+            l.ffn.up = r.required_layer(il, "ffn_up.weight", {n_embd, n_ff}, mat);
+            l.ffn.down = r.required_layer(il, "ffn_down.weight", {n_ff, n_embd}, mat);
+            l.ffn_post_norm = r.required_layer(il, "post_ffw_norm.weight", {n_embd}, vec);
+        }
+    }
+
+    ggml_tensor * build_graph(const GraphContext & g) const override {
+        ggml_context * ctx = g.ctx;
+        const int n_layer = int(layers_.size());
+        ggml_tensor * x = ggml_scale(ctx, graph::embed(g, tok_embd_), std::sqrt(float(g.hp.n_embd)));
+        for (int il = 0; il < n_layer; ++il) {
+            const Gemma3Layer & l = layers_[il];
+            graph::Qkv a = graph::qkv(g, l.attn, graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), rms_eps_);
+            a.q = graph::rope(g, a.q, nullptr, il);
+            a.k = graph::rope(g, a.k, nullptr, il);
+            a.q = ggml_scale(ctx, a.q, q_scale_);
+            ggml_tensor * o = graph::attention(g, il, a, l.wo);  // F32 [n_embd, n_tokens]
+            if (il == n_layer - 1) {
+                o = graph::output_rows(g, o);
+                x = graph::output_rows(g, x);
+            }
+            x = ggml_add(ctx, x, graph::rms_norm(ctx, o, l.attn_post_norm, rms_eps_));
+            ggml_tensor * f = graph::ffn_gelu_gated(ctx, l.ffn, graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_));
+            x = ggml_add(ctx, x, graph::rms_norm(ctx, f, l.ffn_post_norm, rms_eps_));
+        }
+        return graph::lm_head(g, x, output_norm_, rms_eps_, output_, softcap_);
+    }
+
+    const ggml_tensor * attn_output(int il) const override { return layers_.at(size_t(il)).wo; }
+
+    void describe(nlohmann::json & hparams) const override {
+        hparams["n_ff"] = n_ff_;
+        hparams["rms_eps"] = rms_eps_;
+        hparams["final_logit_softcapping"] = softcap_;
+        hparams["tied_embeddings"] = output_ == tok_embd_;
+    }
+
+private:
+    int32_t n_ff_ = 0;
+    float rms_eps_ = 1e-6f;
+    float softcap_ = 0.0f;
+    float q_scale_ = 1.0f;
+    ggml_tensor * tok_embd_ = nullptr;     // [n_embd, n_vocab]
+    ggml_tensor * output_norm_ = nullptr;  // F32 [n_embd]
+    ggml_tensor * output_ = nullptr;       // [n_embd, n_vocab] (== tok_embd_ when tied)
+    std::vector<Gemma3Layer> layers_;      // [n_layer]
+};
+
+const ArchRegistrar registrar("gemma3", [] { return std::unique_ptr<Architecture>(std::make_unique<Gemma3>()); });
+
+}  // namespace
+}  // namespace kvlab
