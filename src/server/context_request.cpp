@@ -47,6 +47,11 @@ ContextRequest parse_context_request(const nlohmann::json & b) {
         r.budget = Budget::from_tokens(b["budget"].get<int64_t>());
         r.has_budget = true;
     }
+    if (b.contains("compress_sliding") && !b["compress_sliding"].is_null()) {
+        if (!b["compress_sliding"].is_boolean())
+            throw ApiError(400, "'compress_sliding' must be true or false", "compress_sliding");
+        r.budget.sliding = b["compress_sliding"].get<bool>();  // sliding-window layers (gemma3) too
+    }
     if (r.method != "none" && !r.has_budget)
         throw ApiError(400, "method " + r.method + " needs 'ratio' or 'budget'", "ratio");
     if (r.method == "none" && r.has_budget) throw ApiError(400, "'ratio' and 'budget' need a 'method'", "method");
