@@ -3,6 +3,7 @@
 // answer each question from an independent copy, with every timing and the cache's bytes.
 // kvlab ask MODEL --cache doc.kvc -q Q ...: the same answers from a cache file that
 // `kvlab compress` wrote (no prefill, no compression).
+#include <algorithm>
 #include <cstdio>
 
 #include "common.h"
@@ -176,6 +177,31 @@ private:
         log("[cache]    allocated %s -> %s, used %s -> %s; kept %s\n", human_bytes(c.bytes_before).c_str(),
             human_bytes(c.bytes_after).c_str(), human_bytes(c.used_before).c_str(), human_bytes(c.used_after).c_str(),
             describe_kept(c.kept).c_str());
+        const KvStore & kv = p.cache;
+        bool sliding = false;
+        for (int il = 0; il < kv.n_layer(); ++il) sliding = sliding || kv.window(il) > 0;
+        if (!sliding) return;
+        // per layer kind: rows held and bytes allocated (F16 K + V), the largest layer of each
+        for (int kind = 0; kind < 2; ++kind) {
+            int n = 0;
+            int64_t rows = 0, cap = 0;
+            for (int il = 0; il < kv.n_layer(); ++il) {
+                if ((kv.window(il) > 0) != (kind == 0)) continue;
+                ++n;
+                int64_t r = 0, c = 0;
+                for (int h = 0; h < kv.n_head_kv(); ++h) {
+                    r += kv.n_rows(il, h);
+                    c += kv.capacity(il, h);
+                }
+                rows = std::max(rows, r);
+                cap = std::max(cap, c);
+            }
+            if (n == 0) continue;
+            log("[cache]    %d %s layers: at most %lld rows, %s allocated each%s\n", n,
+                kind == 0 ? "sliding-window" : "global", static_cast<long long>(rows),
+                human_bytes(uint64_t(cap) * kv.row_bytes()).c_str(),
+                kind == 0 ? " (bounded at any context length)" : "");
+        }
     }
 
     void answer(size_t qi, const ContextSession & s, const KvStore & cache) {
