@@ -5,7 +5,7 @@ cmake_minimum_required(VERSION 3.25)
 # Layers, bottom to top; a file's layer is its folder (src/<layer>/..., tools/), a public
 # header's layer is listed below.
 set(layers core text model cache press engine session eval server tools)
-set(public_core error.h log.h sys.h)
+set(public_core error.h log.h sys.h cpu_share.h)
 set(public_text text.h)
 set(public_model model.h registry.h provenance.h)
 set(public_cache cache.h)

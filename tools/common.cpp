@@ -15,7 +15,7 @@
 namespace kvlab::cli {
 
 Loaded load(const std::string & name_or_path, int n_threads) {
-    n_threads = resolve_threads(n_threads);
+    if (n_threads == 0) resolve_threads(0);  // says so when other work keeps CPUs busy
     Loaded l;
     l.path = resolve_model(name_or_path);
     l.model = Model::load(l.path, n_threads);
@@ -44,7 +44,8 @@ CLI::Option * add_model_arg(CLI::App * cmd, std::string & model, bool required) 
 CLI::Option * add_threads_option(CLI::App * cmd, int & threads) {
     return cmd
         ->add_option("-t,--threads", threads,
-                     "CPU threads; 0: every CPU that other work leaves idle (sampled for 0.1 s at start)")
+                     "CPU threads; 0: every CPU that other processes leave idle (sampled for 0.1 s at start, then "
+                     "again each second while computing)")
         ->check(CLI::NonNegativeNumber);
 }
 

@@ -52,6 +52,8 @@ class Architecture;
 class Model {
 public:
     // Loads the GGUF at path (a file path; short names are resolved by the caller).
+    // n_threads 0: every CPU that other processes leave idle, looked at again at most once a
+    // second while the model computes (kvlab/cpu_share.h); N > 0: N threads.
     // Throws kvlab::Error naming the problem for missing, non-GGUF, truncated or
     // unsupported files.
     static std::unique_ptr<Model> load(const std::string & path, int n_threads);
@@ -70,8 +72,13 @@ public:
     const std::string & path() const { return path_; }
     const gguf_context * gguf() const { return gguf_.get(); }
     ggml_backend * backend() const { return backend_.get(); }
-    int n_threads() const { return n_threads_; }
-    void set_n_threads(int n_threads);
+    int n_threads() const;
+    void set_n_threads(int n_threads);  // a fixed count from now on
+    // With n_threads 0 at load: re-reads the machine's load when a second has passed and sets
+    // the backend's threads to the idle CPUs. Returns the threads the next computation uses.
+    // The engine calls it before each graph.
+    int refresh_threads() const;
+    bool auto_threads() const;
     uint64_t weight_bytes() const;
     int n_repacked() const { return n_repacked_; }  // weight matrices in ggml's repacked layouts
     double load_seconds() const { return load_seconds_; }
@@ -88,7 +95,8 @@ private:
     ggml_backend_buffer_ptr buffer_;      // the other weights
     int n_repacked_ = 0;
     std::unique_ptr<Architecture> arch_;  // points into ctx_'s tensors
-    int n_threads_ = 1;
+    struct Threads;
+    std::unique_ptr<Threads> threads_;
     double load_seconds_ = 0.0;
 };
 

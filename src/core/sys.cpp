@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvlab/cpu_share.h"
 #include "kvlab/error.h"
 
 namespace kvlab {
@@ -206,29 +207,11 @@ int n_cpus() {
     return n > 0 ? int(n) : 1;
 }
 
-namespace {
-// Busy and total jiffies of the whole machine, from the first line of /proc/stat.
-bool cpu_jiffies(uint64_t & busy, uint64_t & total) {
-    std::ifstream in("/proc/stat");
-    std::string cpu;
-    uint64_t v[8] = {};  // user nice system idle iowait irq softirq steal
-    if (!(in >> cpu) || cpu != "cpu") return false;
-    for (uint64_t & x : v)
-        if (!(in >> x)) return false;
-    busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-    total = busy + v[3] + v[4];
-    return true;
-}
-}  // namespace
-
 int idle_cpus(double sample_seconds) {
     const int n = n_cpus();
-    uint64_t b0 = 0, t0 = 0, b1 = 0, t1 = 0;
-    if (!cpu_jiffies(b0, t0)) return n;
+    const CpuReading a = read_cpu();
     std::this_thread::sleep_for(std::chrono::duration<double>(sample_seconds));
-    if (!cpu_jiffies(b1, t1) || t1 <= t0) return n;
-    const unsigned online = std::max(1u, std::thread::hardware_concurrency());
-    const int busy = int(std::lround(double(b1 - b0) / double(t1 - t0) * online));
+    const int busy = int(std::lround(others_busy_cores(a, read_cpu())));
     return std::clamp(n - busy, 1, n);
 }
 

@@ -278,6 +278,7 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     store.set_inputs();
 
     ggml_backend * be = own_backend_ ? own_backend_.get() : model_.backend();
+    if (!own_backend_) model_.refresh_threads();  // -t 0: the CPUs other processes leave idle now
     const ggml_status st = ggml_backend_graph_compute(be, gf);
     ggml_backend_synchronize(be);
     if (st != GGML_STATUS_SUCCESS) throw Error("engine", "graph computation failed");

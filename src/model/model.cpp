@@ -1,10 +1,12 @@
 #include "kvlab/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "ggml-alloc.h"
@@ -12,6 +14,7 @@
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "gguf.h"
+#include "kvlab/cpu_share.h"
 #include "kvlab/error.h"
 #include "kvlab/log.h"
 #include "kvlab/sys.h"
@@ -86,7 +89,14 @@ float HParams::kq_scale() const {
     return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(float(head_dim));
 }
 
-Model::Model() = default;
+// The backend's thread count: fixed, or following the idle CPUs (refresh_threads).
+struct Model::Threads {
+    std::mutex mu;
+    std::atomic<int> n{1};
+    std::unique_ptr<IdleCpuTracker> tracker;  // null: fixed
+};
+
+Model::Model() : threads_(std::make_unique<Threads>()) {}
 Model::~Model() = default;
 Model::Model(Model &&) noexcept = default;
 Model & Model::operator=(Model &&) noexcept = default;
@@ -96,7 +106,13 @@ std::unique_ptr<Model> Model::load(const std::string & path, int n_threads) {
     const double t0 = now_seconds();
     std::unique_ptr<Model> m(new Model());
     m->path_ = path;
-    m->n_threads_ = std::max(1, n_threads);
+    if (n_threads < 0) throw Error("model", "threads cannot be negative");
+    if (n_threads == 0) {
+        m->threads_->tracker = std::make_unique<IdleCpuTracker>(idle_cpus());
+        m->threads_->n = m->threads_->tracker->current();
+    } else {
+        m->threads_->n = n_threads;
+    }
 
     m->gguf_ = open_gguf_checked(path, /*no_alloc=*/true, &m->ctx_);
     const gguf_context * gguf = m->gguf_.get();
@@ -115,7 +131,7 @@ std::unique_ptr<Model> Model::load(const std::string & path, int n_threads) {
 
     m->backend_.reset(ggml_backend_cpu_init());
     if (!m->backend_) throw Error("backend", "could not initialise the ggml CPU backend");
-    ggml_backend_cpu_set_n_threads(m->backend_.get(), m->n_threads_);
+    ggml_backend_cpu_set_n_threads(m->backend_.get(), m->threads_->n);
     WeightBuffers wb = allocate_weights(m->ctx_.get(), m->backend_.get(), [](const ggml_tensor * t) {
         // the layers' projections and the output head: only ever the weight of a product.
         // attn_output stays host-readable (criticalkv reads W_o); token_embd is gathered by rows.
@@ -144,9 +160,31 @@ const ggml_tensor * Model::rope_freq_factors() const {
     return arch_->rope_freq_factors();
 }
 
+int Model::n_threads() const {
+    return threads_->n;
+}
+
 void Model::set_n_threads(int n_threads) {
-    n_threads_ = std::max(1, n_threads);
-    ggml_backend_cpu_set_n_threads(backend_.get(), n_threads_);
+    std::lock_guard<std::mutex> lock(threads_->mu);
+    threads_->tracker.reset();
+    threads_->n = std::max(1, n_threads);
+    ggml_backend_cpu_set_n_threads(backend_.get(), threads_->n);
+}
+
+bool Model::auto_threads() const {
+    std::lock_guard<std::mutex> lock(threads_->mu);
+    return threads_->tracker != nullptr;
+}
+
+int Model::refresh_threads() const {
+    std::lock_guard<std::mutex> lock(threads_->mu);
+    if (!threads_->tracker) return threads_->n;
+    const int n = threads_->tracker->threads();
+    if (n != threads_->n) {
+        threads_->n = n;
+        ggml_backend_cpu_set_n_threads(backend_.get(), n);
+    }
+    return n;
 }
 
 uint64_t Model::weight_bytes() const {

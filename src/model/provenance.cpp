@@ -72,6 +72,7 @@ nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
         {"cpu", cpu_model()},
         {"n_cpus", n_cpus()},
         {"threads", model.n_threads()},
+        {"threads_follow_load", model.auto_threads()},     // -t 0: re-chosen each second from the idle CPUs
         {"repacked_weight_matrices", model.n_repacked()},  // in ggml's repacked CPU layouts
         {"os", os_release()},
         {"host", hostname()},
