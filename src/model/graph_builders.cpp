@@ -1,6 +1,12 @@
 #include "model/graph_builders.h"
 
+#include "model/gemm_q4_1.h"
+
 namespace kvlab::graph {
+
+ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    return gemm::applies(w, x) ? gemm::mul_mat_q4_1(ctx, w, x) : ggml_mul_mat(ctx, w, x);
+}
 
 ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd) {
     return ggml_get_rows(g.ctx, tok_embd, g.in.tokens);
@@ -11,7 +17,7 @@ ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, flo
 }
 
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * b, ggml_tensor * x) {
-    ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+    ggml_tensor * y = matmul(ctx, w, x);
     return b ? ggml_add(ctx, y, b) : y;
 }
 
@@ -42,12 +48,12 @@ ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_te
 }
 
 ggml_tensor * ffn_silu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
-    ggml_tensor * gate = ggml_silu(ctx, ggml_mul_mat(ctx, w.gate, x));
-    return ggml_mul_mat(ctx, w.down, ggml_mul(ctx, gate, ggml_mul_mat(ctx, w.up, x)));
+    ggml_tensor * gate = ggml_silu(ctx, matmul(ctx, w.gate, x));
+    return matmul(ctx, w.down, ggml_mul(ctx, gate, matmul(ctx, w.up, x)));
 }
 
 ggml_tensor * ffn_gelu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
-    return ggml_mul_mat(ctx, w.down, ggml_geglu_split(ctx, ggml_mul_mat(ctx, w.gate, x), ggml_mul_mat(ctx, w.up, x)));
+    return matmul(ctx, w.down, ggml_geglu_split(ctx, matmul(ctx, w.gate, x), matmul(ctx, w.up, x)));
 }
 
 ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x) {
@@ -56,7 +62,7 @@ ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x) {
 
 ggml_tensor * lm_head(const GraphContext & g, ggml_tensor * x, ggml_tensor * norm, float eps, ggml_tensor * w_out,
                       float softcap) {
-    ggml_tensor * logits = ggml_mul_mat(g.ctx, w_out, rms_norm(g.ctx, x, norm, eps));
+    ggml_tensor * logits = matmul(g.ctx, w_out, rms_norm(g.ctx, x, norm, eps));
     if (softcap > 0.0f)
         logits = ggml_scale(g.ctx, ggml_tanh(g.ctx, ggml_scale(g.ctx, logits, 1.0f / softcap)), softcap);
     ggml_build_forward_expand(g.gf, logits);

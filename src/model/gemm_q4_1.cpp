@@ -1,0 +1,241 @@
+#include "model/gemm_q4_1.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define KVLAB_GEMM_Q4_1 1
+#include <immintrin.h>
+#endif
+
+namespace kvlab::gemm {
+
+namespace {
+
+constexpr int64_t k_qk = 32;      // values per block (QK4_1 = QK8_1)
+constexpr size_t k_w_block = 20;  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles
+constexpr size_t k_y_block = 36;  // block_q8_1: f16 d, f16 s (= d * sum of qs), 32 int8
+constexpr int k_rows = 4;         // weight rows per tile
+constexpr int k_cols = 8;         // activation rows per tile: 4 pairs, one pair per zmm
+
+int64_t padded(int64_t M) {
+    return (M + k_cols - 1) / k_cols * k_cols;
+}
+
+// The packed activations, for M rows padded to Mp (a multiple of k_cols), nb blocks each:
+//   qs: [Mp/2 pairs][nb][64 bytes]: the pair's two rows' 32 int8 of block ib side by side
+//   d, s: [nb][Mp] float (the blocks' f16 scale and sum, converted); 0 in padded rows
+struct Packed {
+    uint8_t * qs;
+    float * d;
+    float * s;
+    Packed(uint8_t * p, int64_t nb, int64_t Mp)
+        : qs(p), d(reinterpret_cast<float *>(p + Mp / 2 * nb * 64)), s(d + nb * Mp) {}
+};
+
+}  // namespace
+
+size_t packed_bytes(int64_t K, int64_t M) {
+    const int64_t nb = K / k_qk, Mp = padded(M);
+    return size_t(Mp / 2 * nb * 64 + 2 * nb * Mp * int64_t(sizeof(float)));
+}
+
+void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
+    const int64_t nb = K / k_qk, Mp = padded(M);
+    Packed p(packed, nb, Mp);
+    const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
+    thread_local std::vector<uint8_t> row;
+    row.resize(size_t(nb) * k_y_block);
+    for (int64_t m = ith; m < Mp; m += nth) {
+        uint8_t * pair = p.qs + (m / 2) * nb * 64 + (m % 2) * 32;
+        if (m >= M) {
+            for (int64_t ib = 0; ib < nb; ++ib) {
+                std::memset(pair + ib * 64, 0, 32);
+                p.d[ib * Mp + m] = 0.0f;
+                p.s[ib * Mp + m] = 0.0f;
+            }
+            continue;
+        }
+        quantize(x + m * x_stride, row.data(), K);  // ggml's own quantize_row_q8_1: the same bytes
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            const uint8_t * b = row.data() + ib * k_y_block;
+            ggml_fp16_t d, s;
+            std::memcpy(&d, b, 2);
+            std::memcpy(&s, b + 2, 2);
+            std::memcpy(pair + ib * 64, b + 4, 32);
+            p.d[ib * Mp + m] = ggml_fp16_to_fp32(d);
+            p.s[ib * Mp + m] = ggml_fp16_to_fp32(s);
+        }
+    }
+}
+
+#ifdef KVLAB_GEMM_Q4_1
+
+namespace {
+
+// ggml's hsum_float_8: (a4+a0, a5+a1, a6+a2, a7+a3) -> (h0+h2, h1+h3) -> g0+g1.
+inline float hsum8(const float * a) {
+    const float h0 = a[4] + a[0], h1 = a[5] + a[1], h2 = a[6] + a[2], h3 = a[7] + a[3];
+    return (h0 + h2) + (h1 + h3);
+}
+
+inline float f16(const uint8_t * p) {  // exact, as ggml's table
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+// A tile's weight rows unpacked once for all its column tiles: per row and block the 32 values
+// as bytes, twice (both 256-bit halves of a zmm), and the block's scale and minimum as floats.
+struct RowTile {
+    std::vector<uint8_t> q;   // [R][nb][64]
+    std::vector<float> d, m;  // [R][nb]
+    void unpack(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb) {
+        q.resize(size_t(R * nb) * 64);
+        d.resize(size_t(R * nb));
+        m.resize(size_t(R * nb));
+        // in each 256-bit half: bytes 0-15 the low nibbles, 16-31 the high ones (ggml's order)
+        const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        for (int r = 0; r < R; ++r)
+            for (int64_t ib = 0; ib < nb; ++ib) {
+                const uint8_t * b = w + r * w_row_bytes + ib * k_w_block;
+                const __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4)));
+                _mm512_storeu_si512(&q[size_t(r * nb + ib) * 64], _mm512_and_si512(_mm512_srlv_epi64(x, shifts), low4));
+                d[r * nb + ib] = f16(b);
+                m[r * nb + ib] = f16(b + 2);
+            }
+    }
+};
+
+// One tile: R weight rows (R <= k_rows) x k_cols activation rows c0..c0+7. Per output and
+// block, as ggml_vec_dot_q4_1_q8_1: dot = the 32 u8 x s8 products summed in 8 lanes of 4
+// consecutive values (vpdpbusd), acc = fma(d_w * d_y, float(dot), acc); summs = fma(m_w, s_y,
+// summs); the output is hsum8(acc) + summs.
+template <int R>
+void tile(const RowTile & rt, int64_t nb, const Packed & p, int64_t Mp, int64_t c0, float * out) {
+    __m512 acc[R][4];
+    __m256 summ[R];
+    for (int r = 0; r < R; ++r) {
+        summ[r] = _mm256_setzero_ps();
+        for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_setzero_ps();
+    }
+    // lanes 0-7 take the pair's first row's scale, 8-15 the second's
+    __m512i sel[4];
+    for (int q = 0; q < 4; ++q)
+        sel[q] = _mm512_set_epi32(2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1,
+                                  2 * q + 1, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q);
+    const uint8_t * yq = p.qs + (c0 / 2) * nb * 64;
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const __m512 dy = _mm512_zextps256_ps512(_mm256_loadu_ps(p.d + ib * Mp + c0));
+        const __m256 sy = _mm256_loadu_ps(p.s + ib * Mp + c0);
+        for (int r = 0; r < R; ++r) summ[r] = _mm256_fmadd_ps(_mm256_set1_ps(rt.m[r * nb + ib]), sy, summ[r]);
+        for (int q = 0; q < 4; ++q) {
+            const __m512i y = _mm512_loadu_si512(yq + (q * nb + ib) * 64);
+            const __m512 dq = _mm512_permutexvar_ps(sel[q], dy);
+            for (int r = 0; r < R; ++r) {
+                const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(rt.d[r * nb + ib]), dq);
+                const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                    _mm512_setzero_si512(), _mm512_loadu_si512(&rt.q[size_t(r * nb + ib) * 64]), y));
+                acc[r][q] = _mm512_fmadd_ps(dd, dot, acc[r][q]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        float a[4][16], sm[8];
+        for (int q = 0; q < 4; ++q) _mm512_storeu_ps(a[q], acc[r][q]);
+        _mm256_storeu_ps(sm, summ[r]);
+        for (int c = 0; c < k_cols; ++c) out[c * k_rows + r] = hsum8(a[c / 2] + (c % 2) * 8) + sm[c];
+    }
+}
+
+}  // namespace
+
+bool available() {
+    return true;
+}
+
+void product(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
+             float * dst, int64_t dst_stride, int ith, int nth) {
+    const int64_t nb = K / k_qk, Mp = padded(M);
+    const Packed p(const_cast<uint8_t *>(packed), nb, Mp);
+    const int64_t n_tiles = (N + k_rows - 1) / k_rows;
+    const int64_t t0 = n_tiles * ith / nth, t1 = n_tiles * (ith + 1) / nth;
+    float out[k_cols * k_rows];
+    thread_local RowTile rt;
+    for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n0 = t * k_rows;
+        const int R = int(std::min<int64_t>(k_rows, N - n0));
+        rt.unpack(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+        for (int64_t c0 = 0; c0 < Mp; c0 += k_cols) {
+            switch (R) {
+                case 4:
+                    tile<4>(rt, nb, p, Mp, c0, out);
+                    break;
+                case 3:
+                    tile<3>(rt, nb, p, Mp, c0, out);
+                    break;
+                case 2:
+                    tile<2>(rt, nb, p, Mp, c0, out);
+                    break;
+                default:
+                    tile<1>(rt, nb, p, Mp, c0, out);
+                    break;
+            }
+            const int nc = int(std::min<int64_t>(k_cols, M - c0));
+            for (int c = 0; c < nc; ++c)
+                for (int r = 0; r < R; ++r) dst[(c0 + c) * dst_stride + n0 + r] = out[c * k_rows + r];
+        }
+    }
+}
+
+#else
+
+bool available() {
+    return false;
+}
+
+void product(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int, int) {}
+
+#endif
+
+namespace {
+
+void op_pack(ggml_tensor * dst, const ggml_tensor * x, int ith, int nth) {
+    pack(static_cast<const float *>(x->data), x->ne[0], x->ne[1], int64_t(x->nb[1] / sizeof(float)),
+         static_cast<uint8_t *>(dst->data), ith, nth);
+}
+
+void op_product(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * packed = dst->src[1];
+    const ggml_tensor * x = dst->src[2];
+    product(static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], w->ne[1],
+            static_cast<const uint8_t *>(packed->data), x->ne[1], static_cast<float *>(dst->data),
+            int64_t(dst->nb[1] / sizeof(float)), ith, nth);
+}
+
+}  // namespace
+
+bool applies(const ggml_tensor * w, const ggml_tensor * x) {
+    return available() && w->type == GGML_TYPE_Q4_1 && ggml_n_dims(w) == 2 && w->ne[0] % k_qk == 0 && w->buffer &&
+           ggml_backend_buffer_is_host(w->buffer) && !w->extra && x->type == GGML_TYPE_F32 && x->ne[2] == 1 &&
+           x->ne[3] == 1 && x->ne[0] == w->ne[0] && x->nb[0] == sizeof(float) && x->ne[1] >= k_min_batch;
+}
+
+ggml_tensor * mul_mat_q4_1(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    const int64_t bytes = int64_t(packed_bytes(x->ne[0], x->ne[1]));
+    ggml_tensor * src[1] = {x};
+    ggml_tensor * packed = ggml_custom_4d(
+        ctx, GGML_TYPE_I8, bytes, 1, 1, 1, src, 1,
+        [](ggml_tensor * dst, int ith, int nth, void *) { op_pack(dst, dst->src[0], ith, nth); }, GGML_N_TASKS_MAX,
+        nullptr);
+    ggml_tensor * args[3] = {w, packed, x};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 3, op_product, GGML_N_TASKS_MAX, nullptr);
+}
+
+}  // namespace kvlab::gemm
