@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "engine/attention.h"
@@ -72,7 +73,9 @@ std::vector<double> reference(const Case & c, const Data & d, float scale) {
     return out;
 }
 
-std::vector<float> run_kernel(const Case & c, const Data & d, float scale, int64_t chunk_rows, int nth) {
+// ahead: K and V converted to float32 by attn::convert first (as a prefill graph does)
+std::vector<float> run_kernel(const Case & c, const Data & d, float scale, int64_t chunk_rows, int nth,
+                              bool ahead = false) {
     attn::Problem p;
     p.n_q = c.n_q;
     p.n_head = c.n_head;
@@ -84,8 +87,15 @@ std::vector<float> run_kernel(const Case & c, const Data & d, float scale, int64
     for (int h = 0; h < c.n_head_kv; ++h) p.seg.push_back({d.k[h].data(), d.v[h].data(), d.pos[h].data(), c.rows[h]});
     std::vector<float> out(size_t(c.n_q) * c.n_head * c.head_dim);
     std::vector<float> part(size_t(p.n_chunks()) * c.n_q * c.n_head * (c.head_dim + 2));
+    std::vector<float> pre;
+    if (ahead) {
+        EXPECT_TRUE(attn::converts_ahead(p));
+        pre.resize(size_t(attn::converted_floats(p)));
+        for (int t = 0; t < nth; ++t) attn::convert(p, pre.data(), t, nth);
+    }
     for (int t = 0; t < nth; ++t)
-        attn::compute(p, d.q.data(), c.head_dim, int64_t(c.n_head) * c.head_dim, part.data(), t, nth);
+        attn::compute(p, d.q.data(), c.head_dim, int64_t(c.n_head) * c.head_dim, part.data(), t, nth,
+                      ahead ? pre.data() : nullptr);
     for (int t = 0; t < nth; ++t) attn::merge(p, part.data(), out.data(), t, nth);
     return out;
 }
@@ -114,6 +124,23 @@ TEST(Attention, MatchesPlainReferenceOnAnyShape) {
                 if (chunk_rows == 512) {
                     EXPECT_EQ(got, first) << "threads " << nth;
                 }
+            }
+    }
+}
+
+TEST(Attention, ConvertingAheadGivesTheSameBits) {
+    // a prefill's query tiles read K and V converted once; each unit converting its own blocks
+    // must give the same bits (heads of different lengths, a partial last block, GQA)
+    for (const Case & c : {Case{70, 4, 4, 32, {200, 71, 150, 90}}, Case{40, 9, 3, 64, {1100, 613, 1100}},
+                           Case{17, 14, 2, 72, {129, 64}}}) {
+        const Data d = make_data(c, 7);
+        for (int64_t chunk_rows : {512, 64})
+            for (int nth : {1, 3}) {
+                const auto plain = run_kernel(c, d, 0.125f, chunk_rows, nth);
+                const auto ahead = run_kernel(c, d, 0.125f, chunk_rows, nth, true);
+                ASSERT_EQ(plain.size(), ahead.size());
+                EXPECT_EQ(std::memcmp(plain.data(), ahead.data(), plain.size() * sizeof(float)), 0)
+                    << "n_q " << c.n_q << " chunk rows " << chunk_rows << " threads " << nth;
             }
     }
 }

@@ -154,6 +154,66 @@ struct Scratch {
 
 }  // namespace
 
+namespace {
+
+int64_t block_floats(int d) {  // one block converted: K^T [d][k_block], V [k_block][dv * k_lanes]
+    const int dv = (d + k_lanes - 1) / k_lanes;
+    return int64_t(d) * k_block + int64_t(k_block) * dv * k_lanes;
+}
+
+int64_t n_blocks(const Problem & p) {
+    int64_t rows = 0;
+    for (const Segment & sg : p.seg) rows = std::max(rows, sg.n);
+    return (rows + k_block - 1) / k_block;
+}
+
+// Rows [b, b + k_block) of a segment, the rows from `end` on as zeros: K transposed into kt
+// [d][k_block], V into vb [k_block][dv * k_lanes] (zero beyond d).
+void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt, float * vb, float * row) {
+    const int dv = (d + k_lanes - 1) / k_lanes;
+    const int nr = int(std::clamp<int64_t>(end - b, 0, k_block));
+    for (int j = 0; j < k_block; ++j) {
+        if (j < nr) {
+            to_f32(sg.k + (b + j) * d, row, d);
+            for (int e = 0; e < d; ++e) kt[e * k_block + j] = row[e];
+            to_f32(sg.v + (b + j) * d, vb + size_t(j) * dv * k_lanes, d);
+            std::fill(vb + size_t(j) * dv * k_lanes + d, vb + size_t(j + 1) * dv * k_lanes, 0.0f);
+        } else {
+            for (int e = 0; e < d; ++e) kt[e * k_block + j] = 0.0f;
+            std::fill(vb + size_t(j) * dv * k_lanes, vb + size_t(j + 1) * dv * k_lanes, 0.0f);
+        }
+    }
+}
+
+// The converted blocks start at the first 64-byte boundary of the buffer (vector loads).
+template <typename T>
+T * aligned64(T * p) {
+    return reinterpret_cast<T *>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
+}
+
+}  // namespace
+
+bool converts_ahead(const Problem & p) {
+    return p.n_q > k_tile && p.chunk_rows % k_block == 0;
+}
+
+int64_t converted_floats(const Problem & p) {
+    return int64_t(p.n_head_kv) * n_blocks(p) * block_floats(p.head_dim) + 64 / int64_t(sizeof(float));
+}
+
+void convert(const Problem & p, float * pre, int ith, int nth) {
+    pre = aligned64(pre);
+    const int64_t nb = n_blocks(p), bf = block_floats(p.head_dim);
+    std::vector<float> row(size_t(block_floats(p.head_dim)));
+    for (int64_t u = ith; u < int64_t(p.n_head_kv) * nb; u += nth) {
+        const int g = int(u / nb);
+        const int64_t blk = u % nb;
+        float * kt = pre + u * bf;
+        convert_block(p.seg[g], p.head_dim, blk * k_block, p.seg[g].n, kt, kt + int64_t(p.head_dim) * k_block,
+                      row.data());
+    }
+}
+
 int32_t Problem::n_chunks() const {
     int64_t rows = 1;
     for (const Segment & sg : seg) rows = std::max(rows, sg.n);
@@ -171,7 +231,7 @@ int32_t Problem::n_chunks() const {
 // and its running maxima stay in registers across the block loop, and the fixed order of
 // operations that makes the result invariant is visible in one place.
 void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
-             int nth) {
+             int nth, const float * pre) {
     const int d = p.head_dim;
     const int dv = (d + k_lanes - 1) / k_lanes;  // vectors per V row
     const int group = p.n_head / p.n_head_kv;
@@ -180,6 +240,9 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
     const int64_t n_units = n_tiles * p.n_head_kv * n_chunks;
     const int64_t chunk_stride = int64_t(p.n_q) * p.n_head * (d + 2);
     const int max_vecs = k_tile * group;
+    const int64_t n_pre_blocks = pre ? n_blocks(p) : 0, pre_block = block_floats(d);
+    if (pre) pre = aligned64(pre);
+    KVLAB_ASSERT(!pre || p.chunk_rows % k_block == 0, "blocks converted ahead start at multiples of k_block");
 
     thread_local Scratch sc;
     sc.kt.assign(size_t(d) * k_kv, v16{});
@@ -224,18 +287,17 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
         // depends on which rows before it are out of every query's window)
         for (int64_t b = r0 + (std::max(r0, std::min(r_begin, r_end)) - r0) / k_block * k_block; b < r_end;
              b += k_block) {
-            const int nr = int(std::min<int64_t>(k_block, r_end - b));
-            float * kt = reinterpret_cast<float *>(sc.kt.data());  // [d][k_block]
-            float * vb = reinterpret_cast<float *>(sc.vb.data());  // [k_block][dv * k_lanes]
-            for (int j = 0; j < k_block; ++j) {
-                if (j < nr) {
-                    to_f32(sg.k + (b + j) * d, sc.row.data(), d);
-                    for (int e = 0; e < d; ++e) kt[e * k_block + j] = sc.row[e];
-                    to_f32(sg.v + (b + j) * d, vb + size_t(j) * dv * k_lanes, d);
-                } else {
-                    for (int e = 0; e < d; ++e) kt[e * k_block + j] = 0.0f;
-                    std::fill(vb + size_t(j) * dv * k_lanes, vb + size_t(j + 1) * dv * k_lanes, 0.0f);
-                }
+            // the block in float32: converted ahead for all tiles (rows past r_end then hold
+            // their values, which only masked lanes and zero weights ever meet), or here
+            const v16 * ktv = sc.kt.data();
+            const v16 * vbv = sc.vb.data();
+            if (pre) {
+                const float * blk = pre + (int64_t(g) * n_pre_blocks + b / k_block) * pre_block;
+                ktv = reinterpret_cast<const v16 *>(blk);
+                vbv = reinterpret_cast<const v16 *>(blk + int64_t(d) * k_block);
+            } else {
+                convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt.data()),
+                              reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
             }
             int na = 0;
             for (int t = 0; t < nv; ++t)
@@ -245,7 +307,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                 const float * qs[k_mq];
                 for (int x = 0; x < mq; ++x) qs[x] = qv[active[a0 + x]];
                 v16 s[k_mq][k_kv];
-                score_any(mq, sc.kt.data(), qs, d, s);
+                score_any(mq, ktv, qs, d, s);
                 int nb_max = 0;
                 v16 * accs[k_mq];
                 const float * ws[k_mq];
@@ -271,7 +333,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                     accs[x] = acc;
                     ws[x] = sx;
                 }
-                accumulate_any(mq, dv, accs, ws, sc.vb.data(), nb_max);
+                accumulate_any(mq, dv, accs, ws, vbv, nb_max);
             }
         }
         int t = 0;
@@ -316,8 +378,13 @@ namespace {
 void op_compute(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const Problem & p = *static_cast<const Problem *>(userdata);
     const ggml_tensor * q = dst->src[0];
+    const float * pre = converts_ahead(p) ? static_cast<const float *>(dst->src[1]->data) : nullptr;
     compute(p, static_cast<const float *>(q->data), int64_t(q->nb[1] / sizeof(float)),
-            int64_t(q->nb[2] / sizeof(float)), static_cast<float *>(dst->data), ith, nth);
+            int64_t(q->nb[2] / sizeof(float)), static_cast<float *>(dst->data), ith, nth, pre);
+}
+
+void op_convert(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    convert(*static_cast<const Problem *>(userdata), static_cast<float *>(dst->data), ith, nth);
 }
 
 void op_merge(ggml_tensor * dst, int ith, int nth, void * userdata) {
@@ -329,10 +396,16 @@ void op_merge(ggml_tensor * dst, int ith, int nth, void * userdata) {
 
 ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, const std::vector<ggml_tensor *> & deps) {
     GGML_ASSERT(q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float));
+    void * ud = const_cast<Problem *>(p);
     std::vector<ggml_tensor *> args = {q};
+    if (converts_ahead(*p)) {  // K and V in float32 once, before the units that read them
+        std::vector<ggml_tensor *> cdeps(deps.begin(), deps.begin() + std::min<size_t>(deps.size(), GGML_MAX_SRC));
+        if (cdeps.empty()) cdeps.push_back(q);  // a custom op needs a source
+        args.push_back(ggml_custom_4d(ctx, GGML_TYPE_F32, converted_floats(*p), 1, 1, 1, cdeps.data(),
+                                      int(cdeps.size()), op_convert, GGML_N_TASKS_MAX, ud));
+    }
     for (ggml_tensor * t : deps)
         if (args.size() < GGML_MAX_SRC) args.push_back(t);
-    void * ud = const_cast<Problem *>(p);
     ggml_tensor * part = ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim + 2, p->n_head, p->n_q, p->n_chunks(),
                                         args.data(), int(args.size()), op_compute, GGML_N_TASKS_MAX, ud);
     return ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim, p->n_head, p->n_q, 1, &part, 1, op_merge, GGML_N_TASKS_MAX,

@@ -48,8 +48,18 @@ struct Problem {
 // thread ith of nth. q: F32, element (d, head, row) at q[row * q_row_stride + head *
 // q_head_stride + d]. partial: F32 [n_chunks][n_q][n_head][head_dim + 2] (unnormalised
 // output, running max, running sum); merge() turns it into F32 [n_q][n_head][head_dim].
+// pre: the blocks of K and V already converted by convert(), or nullptr (each unit converts the
+// blocks it reads). The result is the same to the bit either way.
 void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
-             int nth);
+             int nth, const float * pre = nullptr);
+
+// Conversion of K and V to float32 once for all query tiles (a prefill): whether it pays (more
+// than one tile of queries, and chunks made of whole blocks), the floats it needs, and the
+// conversion of the blocks assigned to thread ith of nth (into pre's first 64-byte boundary on;
+// compute() reads them from there).
+bool converts_ahead(const Problem & p);
+int64_t converted_floats(const Problem & p);
+void convert(const Problem & p, float * pre, int ith, int nth);
 void merge(const Problem & p, const float * partial, float * out, int ith, int nth);
 
 // Adds the attention to a graph: q F32 [head_dim, n_head, n_q]; deps are nodes that must
