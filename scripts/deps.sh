@@ -11,13 +11,17 @@ LLAMA_CPP_PY_VERSION="0.3.36"
 LLAMA_CPP_PY_SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 CACHE="${KVLAB_CACHE:-$HOME/.cache/kvlab}"
 DEPS="$CACHE/deps/llama-cpp-python-$LLAMA_CPP_PY_VERSION"
-PREFIX="$DEPS/install"
+# KVLAB_DEPS_MARCH=x86-64-v3: a second build for AVX2 machines instead of this CPU (no AVX-512,
+# which valgrind cannot run: scripts/build-callgrind.sh), in its own prefix, without llama-bench.
+MARCH="${KVLAB_DEPS_MARCH:-}"
+PREFIX="$DEPS/install${MARCH:+-$MARCH}"
+BUILD="$DEPS/build${MARCH:+-$MARCH}"
 
 log() { echo "[deps] $*" >&2; }
 
 # What kvlab needs to build and run; with --tests also what its test suite needs.
 pkgs=(build-essential cmake ninja-build ccache pkg-config git python3-pip
-      nlohmann-json3-dev libcli11-dev libssl-dev libcpp-httplib-dev)
+      nlohmann-json3-dev libcli11-dev libssl-dev libcpp-httplib-dev valgrind)
 [ "${1:-}" = "--tests" ] && pkgs+=(libgtest-dev libgmock-dev libtinyxml2-dev chromium chromium-driver python3-selenium python3-venv)
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang libclang-rt-dev libomp-dev)  # scripts/fuzz.sh
 need_apt=()
@@ -33,24 +37,25 @@ fi
 
 # The build is tuned to this CPU (GGML_NATIVE): a cached build made on another CPU is redone.
 CPU_KEY=$( (grep -m1 '^flags' /proc/cpuinfo; echo no-amx) | sha256sum | cut -c1-16)
+[ -n "$MARCH" ] && CPU_KEY="$MARCH"
 # llama.cpp's own llama-bench, the anchor of `kvlab bench`: built in the same tree with the
 # same flags (the `common` library it needs is built for it alone), copied into $PREFIX/bin.
 build_llama_bench() {
   log "building llama-bench (the anchor of kvlab bench)"
-  cmake -S "$DEPS/src" -B "$DEPS/build" -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON >&2
-  cmake --build "$DEPS/build" --target llama-bench -j "$(nproc)" >&2
-  install -D -m 755 "$DEPS/build/bin/llama-bench" "$PREFIX/bin/llama-bench"
+  cmake -S "$DEPS/src" -B "$BUILD" -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON >&2
+  cmake --build "$BUILD" --target llama-bench -j "$(nproc)" >&2
+  install -D -m 755 "$BUILD/bin/llama-bench" "$PREFIX/bin/llama-bench"
 }
 if [ -f "$PREFIX/.complete" ]; then
   [ -f "$PREFIX/.cpu" ] || echo "$CPU_KEY" > "$PREFIX/.cpu"
   if [ "$(cat "$PREFIX/.cpu")" = "$CPU_KEY" ]; then
-    if [ ! -x "$PREFIX/bin/llama-bench" ] && [ -f "$DEPS/build/CMakeCache.txt" ]; then build_llama_bench; fi
+    if [ -z "$MARCH" ] && [ ! -x "$PREFIX/bin/llama-bench" ] && [ -f "$BUILD/CMakeCache.txt" ]; then build_llama_bench; fi
     log "llama.cpp $LLAMA_CPP_PY_VERSION already built in $PREFIX"
     echo "$PREFIX"
     exit 0
   fi
   log "cached build was made for another CPU: rebuilding"
-  rm -rf "$PREFIX" "$DEPS/build"
+  rm -rf "$PREFIX" "$BUILD"
 fi
 
 mkdir -p "$DEPS"
@@ -85,16 +90,21 @@ log "building ggml + libllama (static, CPU): a few minutes on 2 cores"
 # Xeons of these machines, so -march=native is told to leave AMX out.
 NO_AMX=""
 grep -q amx_int8 /proc/cpuinfo && NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+isa=(-DGGML_NATIVE=ON)
+if [ -n "$MARCH" ]; then  # x86-64-v3: AVX2, FMA, F16C, BMI2
+  NO_AMX=""
+  isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S "$SRC" -B "$DEPS/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_INSTALL_PREFIX="$PREFIX" -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
-  -DGGML_NATIVE=ON -DGGML_OPENMP=ON "-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX" -DGGML_CCACHE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+  "${isa[@]}" -DGGML_OPENMP=ON "-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX" -DGGML_CCACHE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${launcher[@]}" >&2
-cmake --build "$DEPS/build" -j "$(nproc)" >&2
-cmake --install "$DEPS/build" >&2
-build_llama_bench
+cmake --build "$BUILD" -j "$(nproc)" >&2
+cmake --install "$BUILD" >&2
+[ -z "$MARCH" ] && build_llama_bench
 echo "$CPU_KEY" > "$PREFIX/.cpu"
 echo "$LLAMA_CPP_PY_VERSION" > "$PREFIX/.complete"
 log "done: $PREFIX"

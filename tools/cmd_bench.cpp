@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common.h"
+#include "instructions.h"
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
 #include "kvlab/sys.h"
@@ -20,7 +21,7 @@ struct BenchArgs {
     std::vector<int> contexts = {512, 4096};
     int reps = 5, n_decode = 32, threads = 0, chunk = 512;
     std::string attention = "kvlab";
-    bool json = false;
+    bool json = false, instructions = false;
 };
 
 int run_bench(const BenchArgs & a) {
@@ -96,6 +97,18 @@ int run_bench(const BenchArgs & a) {
         row("prefill tok/s", "prefill_tokens_per_s", kp, rp, bp);
         row("decode tok/s", "decode_tokens_per_s", kd, rd, bd);
     }
+    nlohmann::json instr;
+    if (a.instructions) {
+        const InstructionRun ir{512, a.chunk, a.attention};
+        if (!a.json) std::fprintf(stderr, "[bench] instruction counts: callgrind on the x86-64-v3 build (minutes)\n");
+        const InstructionCounts c = count_instructions(l.path, ir);
+        instr = to_json(c, ir);
+        if (!a.json)
+            std::printf(
+                "instructions (callgrind, x86-64-v3 build, 1 thread): prefill of 512 tokens %llu, "
+                "one decode step at 512 %llu\n",
+                static_cast<unsigned long long>(c.prefill), static_cast<unsigned long long>(c.decode_step));
+    }
     if (a.json) {
         nlohmann::json j = {{"results", results},
                             {"params",
@@ -110,6 +123,7 @@ int run_bench(const BenchArgs & a) {
                               {"llama_bench_note", "a separate process, run after each context's interleaved kvlab / "
                                                    "libllama repetitions; decode at depth = its -d"}}},
                             {"provenance", provenance(*l.model, *l.tok)}};
+        if (!instr.is_null()) j["instructions"] = instr;
         std::printf("%s\n", j.dump(2).c_str());
     }
     return 0;
@@ -125,6 +139,9 @@ const CommandRegistrar reg("bench", [](CLI::App & app, int & rc) {
     add_chunk_option(cmd, a->chunk);
     add_attention_option(cmd, a->attention);
     add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
+    cmd->add_flag("--instructions", a->instructions,
+                  "also count the instructions (callgrind) of one 512-token prefill and one decode step: "
+                  "deterministic, for regressions on a noisy machine (needs scripts/build-callgrind.sh)");
     cmd->callback([&rc, a] { rc = run_bench(*a); });
 });
 
