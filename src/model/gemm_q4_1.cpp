@@ -40,11 +40,17 @@ struct Packed {
 }  // namespace
 
 size_t packed_bytes(int64_t K, int64_t M) {
+    if (M < k_min_batch) return size_t(M * (K / k_qk)) * k_y_block;  // ggml's Q8_1 rows
     const int64_t nb = K / k_qk, Mp = padded(M);
     return size_t(Mp / 2 * nb * 64 + 2 * nb * Mp * int64_t(sizeof(float)));
 }
 
 void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
+    if (M < k_min_batch) {  // ggml's layout, rows one after the other
+        const ggml_from_float_t quantize_row = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
+        for (int64_t m = ith; m < M; m += nth) quantize_row(x + m * x_stride, packed + m * (K / k_qk) * k_y_block, K);
+        return;
+    }
     const int64_t nb = K / k_qk, Mp = padded(M);
     Packed p(packed, nb, Mp);
     const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
@@ -153,6 +159,70 @@ void tile(const RowTile & rt, int64_t nb, const Packed & p, int64_t Mp, int64_t 
     }
 }
 
+// A small batch (decode): per activation row, 8 weight rows at a time, two per zmm (the row
+// pair's blocks side by side, the activation block in both halves), each output still its own
+// chain of ggml's operations; the 8 rows' scales and minima loaded and converted at once.
+void rows8(const uint8_t * w, size_t w_row_bytes, int64_t nb, const uint8_t * y, float * out) {
+    const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i even = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
+    __m512i sel[4];
+    for (int q = 0; q < 4; ++q)
+        sel[q] = _mm512_set_epi32(2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1,
+                                  2 * q + 1, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 summ = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const uint8_t * yb = y + ib * k_y_block;
+        const __m512i yq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(yb + 4)));
+        const float dy = f16(yb), sy = f16(yb + 2);
+        // the 8 rows' (d, m) f16 pairs -> floats d[0..7], m[0..7]
+        const uint8_t * wb = w + ib * k_w_block;
+        uint32_t dm8[8];  // plain loads: a gather is slow where microcode guards it (GDS)
+        for (int r = 0; r < 8; ++r) std::memcpy(&dm8[r], wb + size_t(r) * w_row_bytes, 4);
+        const __m256i dm = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(dm8));
+        const __m512 dmf = _mm512_cvtph_ps(dm);
+        const __m512 dw = _mm512_permutexvar_ps(even, dmf), mw = _mm512_permutexvar_ps(odd, dmf);
+        summ = _mm256_fmadd_ps(_mm512_castps512_ps256(mw), _mm256_set1_ps(sy), summ);
+        const __m512 ddw = _mm512_mul_ps(dw, _mm512_set1_ps(dy));  // d_w * d_y, lanes 0-7
+        for (int q = 0; q < 4; ++q) {
+            const uint8_t * b0 = wb + size_t(2 * q) * w_row_bytes + 4;
+            const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b0)));
+            const __m256i hi =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b0 + w_row_bytes)));
+            const __m512i x = _mm512_and_si512(
+                _mm512_srlv_epi64(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), shifts), low4);
+            const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), x, yq));
+            acc[q] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sel[q], ddw), dot, acc[q]);
+        }
+    }
+    float a[4][16], sm[8];
+    for (int q = 0; q < 4; ++q) _mm512_storeu_ps(a[q], acc[q]);
+    _mm256_storeu_ps(sm, summ);
+    for (int r = 0; r < 8; ++r) out[r] = hsum8(a[r / 2] + (r % 2) * 8) + sm[r];
+}
+
+void product_rows(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * y, int64_t M,
+                  float * dst, int64_t dst_stride, int ith, int nth) {
+    const int64_t nb = K / k_qk;
+    const int64_t n_groups = (N + 7) / 8;
+    const int64_t g0 = n_groups * ith / nth, g1 = n_groups * (ith + 1) / nth;
+    const ggml_vec_dot_t vec_dot = ggml_get_type_traits_cpu(GGML_TYPE_Q4_1)->vec_dot;
+    for (int64_t m = 0; m < M; ++m) {
+        const uint8_t * ym = y + m * nb * int64_t(k_y_block);
+        float * dm = dst + m * dst_stride;
+        for (int64_t g = g0; g < g1; ++g) {
+            const int64_t n0 = g * 8;
+            if (n0 + 8 <= N) {
+                rows8(w + n0 * w_row_bytes, w_row_bytes, nb, ym, dm + n0);
+            } else {  // the last rows: ggml's own dot product
+                for (int64_t n = n0; n < N; ++n) vec_dot(int(K), dm + n, 0, w + n * w_row_bytes, 0, ym, 0, 1);
+            }
+        }
+    }
+}
+
 }  // namespace
 
 bool available() {
@@ -161,6 +231,7 @@ bool available() {
 
 void product(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
              float * dst, int64_t dst_stride, int ith, int nth) {
+    if (M < k_min_batch) return product_rows(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
     const int64_t nb = K / k_qk, Mp = padded(M);
     const Packed p(const_cast<uint8_t *>(packed), nb, Mp);
     const int64_t n_tiles = (N + k_rows - 1) / k_rows;
@@ -224,7 +295,7 @@ void op_product(ggml_tensor * dst, int ith, int nth, void *) {
 bool applies(const ggml_tensor * w, const ggml_tensor * x) {
     return available() && w->type == GGML_TYPE_Q4_1 && ggml_n_dims(w) == 2 && w->ne[0] % k_qk == 0 && w->buffer &&
            ggml_backend_buffer_is_host(w->buffer) && !w->extra && x->type == GGML_TYPE_F32 && x->ne[2] == 1 &&
-           x->ne[3] == 1 && x->ne[0] == w->ne[0] && x->nb[0] == sizeof(float) && x->ne[1] >= k_min_batch;
+           x->ne[3] == 1 && x->ne[0] == w->ne[0] && x->nb[0] == sizeof(float) && x->ne[1] >= 1;
 }
 
 ggml_tensor * mul_mat_q4_1(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {

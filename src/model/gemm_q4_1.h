@@ -3,7 +3,8 @@
 // per output ggml_vec_dot_q4_1_q8_1's exact sequence of operations), so every output is
 // bit-identical to ggml's and to libllama's, but register-blocked: a tile of 4 weight rows x 8
 // activation rows per pass, each weight block unpacked once for 8 outputs and each activation
-// block loaded once for 4. ggml's loop unpacks and loads both for every single output.
+// block loaded once for 4. ggml's loop unpacks and loads both for every single output. Below 8
+// activation rows (decode) the weight rows go 8 at a time, two per vector register.
 // AVX-512 (F, BW, VL, VNNI) only; elsewhere applies() is false and ggml_mul_mat runs.
 #pragma once
 
@@ -14,9 +15,8 @@
 
 namespace kvlab::gemm {
 
-// Whether mul_mat_q4_1 runs w x x: w Q4_1 2-D in a plain host buffer, x F32 2-D contiguous with
-// at least k_min_batch rows (below, ggml's per-output loop wastes nothing and runs instead; the
-// bits are the same either way).
+// Whether mul_mat_q4_1 runs w x x: w Q4_1 2-D in a plain host buffer, x F32 2-D with contiguous
+// rows. From k_min_batch activation rows on, the tiled kernel; below, the row kernel.
 constexpr int64_t k_min_batch = 8;
 bool applies(const ggml_tensor * w, const ggml_tensor * x);
 
