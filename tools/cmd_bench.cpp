@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common.h"
+#include "bandwidth.h"
 #include "instructions.h"
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
@@ -36,6 +37,8 @@ int run_bench(const BenchArgs & a) {
     std::mt19937 rng(1234);
     nlohmann::json results = nlohmann::json::array();
     const bool anchor = !llama_bench_path().empty();
+    // the machine's read bandwidth with the bench's threads (the decode bound below)
+    const double bandwidth = measure_read_bandwidth(threads);
     if (!anchor) std::fprintf(stderr, "[bench] llama-bench is not built (scripts/deps.sh builds it): its column is left out\n");
     if (!a.json)
         std::printf("%-8s %-16s %10s %10s %12s %9s %9s\n", "context", "measure", "kvlab", "libllama", "llama-bench",
@@ -46,6 +49,7 @@ int run_bench(const BenchArgs & a) {
         std::uniform_int_distribution<int32_t> dist(0, l.model->hparams().n_vocab - 1);
         for (auto & t : toks) t = dist(rng);
         std::vector<double> kp, kd, rp, rd;
+        uint64_t step_bytes = 0;  // what one decode step reads, at the middle of the decode
         for (int rep = 0; rep < a.reps; ++rep) {
             if (!a.json) std::fprintf(stderr, "\r[bench] context %d: repetition %d/%d", n_ctx, rep + 1, a.reps);
             {
@@ -57,8 +61,10 @@ int run_bench(const BenchArgs & a) {
                 go.max_tokens = a.n_decode + 1;
                 go.stop_on_eog = false;
                 // one query token, then n_decode single-token steps
+                const uint64_t before = decode_bytes_per_token(*l.model, cache);
                 GenerateResult r = engine.generate(cache, {toks[0]}, go);
                 kd.push_back(r.decode_tokens_per_second());
+                step_bytes = (before + decode_bytes_per_token(*l.model, cache)) / 2;
             }
             rp.push_back(double(n_ctx) / ref.time_prefill(toks));
             ref.decode({toks[0]}, false);
@@ -96,6 +102,23 @@ int run_bench(const BenchArgs & a) {
         };
         row("prefill tok/s", "prefill_tokens_per_s", kp, rp, bp);
         row("decode tok/s", "decode_tokens_per_s", kd, rd, bd);
+        // the bandwidth bound of decode: every byte a step reads, at the measured read bandwidth
+        const double bound = bandwidth / double(step_bytes);
+        nlohmann::json jb = {{"context", n_ctx},
+                             {"measure", "decode_bandwidth_bound"},
+                             {"bytes_per_token", step_bytes},
+                             {"read_bandwidth_bytes_per_s", bandwidth},
+                             {"bound_tokens_per_s", bound},
+                             {"kvlab_fraction", median(kd) / bound}};
+        if (!bd.empty()) jb["llama_bench_fraction"] = median(bd) / bound;
+        results.push_back(jb);
+        if (!a.json) {
+            std::printf("%-8d %-16s %10.1f  (%.1f MB per step at %.1f GB/s read): kvlab %.0f%%", n_ctx, "decode bound",
+                        bound, double(step_bytes) / 1e6, bandwidth / 1e9, 100.0 * median(kd) / bound);
+            if (!bd.empty()) std::printf(", llama-bench %.0f%%", 100.0 * median(bd) / bound);
+            std::printf("\n");
+            std::fflush(stdout);
+        }
     }
     nlohmann::json instr;
     if (a.instructions) {
