@@ -45,7 +45,7 @@ CLI::Option * add_threads_option(CLI::App * cmd, int & threads) {
     return cmd
         ->add_option("-t,--threads", threads,
                      "CPU threads; 0: every CPU that other processes leave idle (sampled for 0.1 s at start, then "
-                     "again each second while computing)")
+                     "again every quarter second while computing)")
         ->check(CLI::NonNegativeNumber);
 }
 

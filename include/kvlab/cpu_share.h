@@ -30,7 +30,7 @@ double others_busy_cores(const CpuReading & a, const CpuReading & b);
 // call costs a clock read between samples. Not thread-safe: one owner (the model).
 class IdleCpuTracker {
 public:
-    IdleCpuTracker(int initial, double interval_s = 1.0);
+    IdleCpuTracker(int initial, double interval_s = 0.25);
     int threads();                            // re-samples when interval_s has passed
     int current() const { return n_; }        // the last answer
     int changes() const { return changes_; }  // how often the answer changed

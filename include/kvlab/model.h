@@ -52,7 +52,7 @@ class Architecture;
 class Model {
 public:
     // Loads the GGUF at path (a file path; short names are resolved by the caller).
-    // n_threads 0: every CPU that other processes leave idle, looked at again at most once a
+    // n_threads 0: every CPU that other processes leave idle, looked at again every quarter
     // second while the model computes (kvlab/cpu_share.h); N > 0: N threads.
     // Throws kvlab::Error naming the problem for missing, non-GGUF, truncated or
     // unsupported files.
@@ -74,7 +74,7 @@ public:
     ggml_backend * backend() const { return backend_.get(); }
     int n_threads() const;
     void set_n_threads(int n_threads);  // a fixed count from now on
-    // With n_threads 0 at load: re-reads the machine's load when a second has passed and sets
+    // With n_threads 0 at load: re-reads the machine's load when a quarter second has passed and sets
     // the backend's threads to the idle CPUs. Returns the threads the next computation uses.
     // The engine calls it before each graph.
     int refresh_threads() const;
