@@ -14,11 +14,21 @@
 
 namespace kvlab::cli {
 
+namespace {
+// Says so on stderr when other work keeps some of the CPUs busy.
+void say_idle(int idle) {
+    const int n = n_cpus();
+    if (idle < n)
+        std::fprintf(stderr, "[threads] %d of %d CPUs: the others are busy with other work (-t N to choose)\n", idle,
+                     n);
+}
+}  // namespace
+
 Loaded load(const std::string & name_or_path, int n_threads) {
-    if (n_threads == 0) resolve_threads(0);  // says so when other work keeps CPUs busy
     Loaded l;
     l.path = resolve_model(name_or_path);
-    l.model = Model::load(l.path, n_threads);
+    l.model = Model::load(l.path, n_threads);  // 0: the model samples the idle CPUs itself
+    if (n_threads == 0) say_idle(l.model->n_threads());
     l.tok = std::make_unique<Tokenizer>(l.path);
     if (l.tok->n_vocab() != l.model->hparams().n_vocab)
         throw Error("model", l.path + ": the vocabulary (" + std::to_string(l.tok->n_vocab()) +
@@ -29,10 +39,8 @@ Loaded load(const std::string & name_or_path, int n_threads) {
 
 int resolve_threads(int requested) {
     if (requested > 0) return requested;
-    const int n = n_cpus(), idle = idle_cpus();
-    if (idle < n)
-        std::fprintf(stderr, "[threads] %d of %d CPUs: the others are busy with other work (-t N to choose)\n", idle,
-                     n);
+    const int idle = idle_cpus();
+    say_idle(idle);
     return idle;
 }
 

@@ -46,14 +46,14 @@ size_t packed_bytes(int64_t K, int64_t M) {
 }
 
 void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
+    // ggml's own quantize_row_q8_1: the same bytes as ggml's mul_mat
+    const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
     if (M < k_min_batch) {  // ggml's layout, rows one after the other
-        const ggml_from_float_t quantize_row = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
-        for (int64_t m = ith; m < M; m += nth) quantize_row(x + m * x_stride, packed + m * (K / k_qk) * k_y_block, K);
+        for (int64_t m = ith; m < M; m += nth) quantize(x + m * x_stride, packed + m * (K / k_qk) * k_y_block, K);
         return;
     }
     const int64_t nb = K / k_qk, Mp = padded(M);
     Packed p(packed, nb, Mp);
-    const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
     thread_local std::vector<uint8_t> row;
     row.resize(size_t(nb) * k_y_block);
     for (int64_t m = ith; m < Mp; m += nth) {
@@ -66,7 +66,7 @@ void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * pac
             }
             continue;
         }
-        quantize(x + m * x_stride, row.data(), K);  // ggml's own quantize_row_q8_1: the same bytes
+        quantize(x + m * x_stride, row.data(), K);
         for (int64_t ib = 0; ib < nb; ++ib) {
             const uint8_t * b = row.data() + ib * k_y_block;
             ggml_fp16_t d, s;
@@ -95,6 +95,23 @@ inline float f16(const uint8_t * p) {  // exact, as ggml's table
     return _cvtsh_ss(h);
 }
 
+// 32 nibbles broadcast to every 128-bit lane of x, as bytes in each 256-bit half: bytes 0-15 the
+// low nibbles, 16-31 the high ones (ggml's bytes_from_nibbles_32 order).
+inline __m512i unpack_nibbles(__m512i x) {
+    return _mm512_and_si512(_mm512_srlv_epi64(x, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0F));
+}
+
+// Lane selectors for the 4 row pairs of a register tile: lanes 0-7 take element 2q, 8-15 2q + 1.
+struct PairSelect {
+    __m512i sel[4];
+    PairSelect() {
+        for (int q = 0; q < 4; ++q) {
+            const int a = 2 * q, b = 2 * q + 1;
+            sel[q] = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+        }
+    }
+};
+
 // A tile's weight rows unpacked once for all its column tiles: per row and block the 32 values
 // as bytes, twice (both 256-bit halves of a zmm), and the block's scale and minimum as floats.
 struct RowTile {
@@ -104,14 +121,11 @@ struct RowTile {
         q.resize(size_t(R * nb) * 64);
         d.resize(size_t(R * nb));
         m.resize(size_t(R * nb));
-        // in each 256-bit half: bytes 0-15 the low nibbles, 16-31 the high ones (ggml's order)
-        const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
-        const __m512i low4 = _mm512_set1_epi8(0x0F);
         for (int r = 0; r < R; ++r)
             for (int64_t ib = 0; ib < nb; ++ib) {
                 const uint8_t * b = w + r * w_row_bytes + ib * k_w_block;
                 const __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4)));
-                _mm512_storeu_si512(&q[size_t(r * nb + ib) * 64], _mm512_and_si512(_mm512_srlv_epi64(x, shifts), low4));
+                _mm512_storeu_si512(&q[size_t(r * nb + ib) * 64], unpack_nibbles(x));
                 d[r * nb + ib] = f16(b);
                 m[r * nb + ib] = f16(b + 2);
             }
@@ -130,11 +144,7 @@ void tile(const RowTile & rt, int64_t nb, const Packed & p, int64_t Mp, int64_t 
         summ[r] = _mm256_setzero_ps();
         for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_setzero_ps();
     }
-    // lanes 0-7 take the pair's first row's scale, 8-15 the second's
-    __m512i sel[4];
-    for (int q = 0; q < 4; ++q)
-        sel[q] = _mm512_set_epi32(2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1,
-                                  2 * q + 1, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q);
+    const PairSelect ps;  // lanes 0-7 take the pair's first row's scale, 8-15 the second's
     const uint8_t * yq = p.qs + (c0 / 2) * nb * 64;
     for (int64_t ib = 0; ib < nb; ++ib) {
         const __m512 dy = _mm512_zextps256_ps512(_mm256_loadu_ps(p.d + ib * Mp + c0));
@@ -142,7 +152,7 @@ void tile(const RowTile & rt, int64_t nb, const Packed & p, int64_t Mp, int64_t 
         for (int r = 0; r < R; ++r) summ[r] = _mm256_fmadd_ps(_mm256_set1_ps(rt.m[r * nb + ib]), sy, summ[r]);
         for (int q = 0; q < 4; ++q) {
             const __m512i y = _mm512_loadu_si512(yq + (q * nb + ib) * 64);
-            const __m512 dq = _mm512_permutexvar_ps(sel[q], dy);
+            const __m512 dq = _mm512_permutexvar_ps(ps.sel[q], dy);
             for (int r = 0; r < R; ++r) {
                 const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(rt.d[r * nb + ib]), dq);
                 const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
@@ -163,14 +173,9 @@ void tile(const RowTile & rt, int64_t nb, const Packed & p, int64_t Mp, int64_t 
 // pair's blocks side by side, the activation block in both halves), each output still its own
 // chain of ggml's operations; the 8 rows' scales and minima loaded and converted at once.
 void rows8(const uint8_t * w, size_t w_row_bytes, int64_t nb, const uint8_t * y, float * out) {
-    const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i even = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
-    __m512i sel[4];
-    for (int q = 0; q < 4; ++q)
-        sel[q] = _mm512_set_epi32(2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1,
-                                  2 * q + 1, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q, 2 * q);
+    const PairSelect ps;
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     __m256 summ = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ++ib) {
@@ -191,10 +196,9 @@ void rows8(const uint8_t * w, size_t w_row_bytes, int64_t nb, const uint8_t * y,
             const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b0)));
             const __m256i hi =
                 _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b0 + w_row_bytes)));
-            const __m512i x = _mm512_and_si512(
-                _mm512_srlv_epi64(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), shifts), low4);
+            const __m512i x = unpack_nibbles(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
             const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), x, yq));
-            acc[q] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sel[q], ddw), dot, acc[q]);
+            acc[q] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ps.sel[q], ddw), dot, acc[q]);
         }
     }
     float a[4][16], sm[8];
