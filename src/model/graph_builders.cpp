@@ -1,11 +1,14 @@
 #include "model/graph_builders.h"
 
 #include "model/gemm_q4_1.h"
+#include "model/gemv_q8_0.h"
 
 namespace kvlab::graph {
 
 ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    return gemm::applies(w, x) ? gemm::mul_mat_q4_1(ctx, w, x) : ggml_mul_mat(ctx, w, x);
+    if (gemm::applies(w, x)) return gemm::mul_mat_q4_1(ctx, w, x);
+    if (gemv::applies(w, x)) return gemv::mul_mat_row(ctx, w, x);
+    return ggml_mul_mat(ctx, w, x);
 }
 
 ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd) {
@@ -38,8 +41,8 @@ ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_f
     // a sliding layer: its own base, no scaling (llama.cpp's rope_freq_scale_train_swa = 1)
     const float scale = hp.window(il) > 0 ? 1.0f : hp.rope_freq_scale;
     // ext_factor 0: no YaRN; attn_factor 1; beta_fast 32, beta_slow 1 (llama.cpp's defaults)
-    return ggml_rope_ext(g.ctx, x, g.in.pos, freq_factors, hp.n_rot, hp.rope_mode, hp.n_ctx_train,
-                         hp.rope_theta_of(il), scale, 0.0f, 1.0f, 32.0f, 1.0f);
+    return ggml_rope_ext(g.ctx, x, g.in.pos, freq_factors, hp.n_rot, hp.rope_mode, hp.n_ctx_train, hp.rope_theta_of(il),
+                         scale, 0.0f, 1.0f, 32.0f, 1.0f);
 }
 
 ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_tensor * wo, ggml_tensor * bo) {
