@@ -13,7 +13,7 @@
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"
 #include "model/gemm_q4_1.h"
-#include "model/gemv_q8_0.h"
+#include "model/gemm_q8_0.h"
 
 namespace kvlab {
 namespace {
@@ -37,7 +37,7 @@ std::vector<float> run(ggml_type type, const Case & c, const std::vector<uint8_t
     ggml_backend_tensor_set(w, wq.data(), 0, wq.size());
     ggml_backend_tensor_set(xt, x.data(), 0, x.size() * sizeof(float));
     ggml_context_ptr gctx(ggml_init({256 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true}));
-    EXPECT_TRUE(type == GGML_TYPE_Q4_1 ? gemm::applies(w, xt) : gemv::applies(w, xt));
+    EXPECT_TRUE(type == GGML_TYPE_Q4_1 ? gemm::applies(w, xt) : gemm_q8_0::applies(w, xt));
     ggml_tensor * y = kvlab ? kvlab(gctx.get(), w, xt) : ggml_mul_mat(gctx.get(), w, xt);
     ggml_cgraph * gf = ggml_new_graph(gctx.get());
     ggml_build_forward_expand(gf, y);
@@ -80,12 +80,15 @@ TEST(GemmQ4_1, BitIdenticalToGgmlMulMat) {
                      gemm::mul_mat_q4_1);
 }
 
-TEST(GemvQ8_0, Q8_0AndQ5_0RowsBitIdenticalToGgmlMulMat) {
-    if (!gemv::available()) GTEST_SKIP() << "kvlab's row kernel needs AVX-512 with VNNI; ggml_mul_mat runs instead";
-    const std::vector<Case> cases = {Case{32, 8, 1},     Case{64, 13, 1},   Case{576, 192, 1}, Case{896, 128, 1},
-                                     Case{576, 4099, 1}, Case{4864, 21, 1}, Case{32, 5, 1}};
-    expect_identical(GGML_TYPE_Q8_0, cases, gemv::mul_mat_row);
-    expect_identical(GGML_TYPE_Q5_0, cases, gemv::mul_mat_row);
+TEST(GemmQ8_0, Q8_0AndQ5_0BitIdenticalToGgmlMulMat) {
+    if (!gemm_q8_0::available())
+        GTEST_SKIP() << "kvlab's Q8_0 kernel needs AVX-512 with VNNI; ggml_mul_mat runs instead";
+    const std::vector<Case> cases = {Case{32, 8, 1},     Case{64, 13, 1},   Case{576, 192, 1},  Case{896, 128, 1},
+                                     Case{576, 4099, 1}, Case{4864, 21, 1}, Case{32, 5, 1},     Case{896, 130, 3},
+                                     Case{64, 9, 7},     Case{896, 128, 8}, Case{896, 131, 17}, Case{4864, 22, 64},
+                                     Case{896, 896, 515}};
+    expect_identical(GGML_TYPE_Q8_0, cases, gemm_q8_0::mul_mat);
+    expect_identical(GGML_TYPE_Q5_0, cases, gemm_q8_0::mul_mat);
 }
 
 TEST(GemmQ4_1, OtherTypesStayWithGgml) {
@@ -94,7 +97,8 @@ TEST(GemmQ4_1, OtherTypesStayWithGgml) {
     ggml_tensor * w = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_Q8_0, 64, 8);
     ggml_tensor * x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, 64, 64);
     EXPECT_FALSE(gemm::applies(w, x));  // not Q4_1 (and no buffer)
-    EXPECT_FALSE(gemv::applies(w, x));  // 64 rows: ggml runs tinyBLAS for them (and no buffer)
+    ggml_tensor * w4 = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_Q4_0, 64, 8);
+    EXPECT_FALSE(gemm_q8_0::applies(w4, x));  // neither Q8_0 nor Q5_0
 }
 
 }  // namespace

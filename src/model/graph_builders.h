@@ -14,7 +14,7 @@ ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd);
 ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
 
 // w x: w [n_in, n_out] (any type), x F32 [n_in, n_tokens] -> F32 [n_out, n_tokens]; ggml_mul_mat's
-// result, computed by kvlab's kernels where they apply (model/gemm_q4_1.h, model/gemv_q8_0.h).
+// result, computed by kvlab's kernels where they apply (model/gemm_q4_1.h, model/gemm_q8_0.h).
 ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
 
 // w x (+ b): w [n_in, n_out] (any type), b F32 [n_out] or nullptr, x F32 [n_in, n_tokens]

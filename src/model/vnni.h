@@ -1,4 +1,4 @@
-// Helpers shared by kvlab's quantized product kernels (gemm_q4_1.cpp, gemv_q8_0.cpp): the pieces
+// Helpers shared by kvlab's quantized product kernels (gemm_q4_1.cpp, gemm_q8_0.cpp): the pieces
 // of ggml's x86 dot products they reproduce to the bit. Compiled where the CPU has AVX-512 (F,
 // BW, VL) with VNNI; KVLAB_VNNI says so.
 #pragma once

@@ -1,0 +1,319 @@
+#include "model/gemm_q8_0.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "model/vnni.h"
+
+namespace kvlab::gemm_q8_0 {
+
+namespace {
+
+constexpr int64_t k_qk = 32;      // values per block (QK8_0 = QK5_0)
+constexpr size_t k_y_block = 34;  // block_q8_0: f16 d, 32 int8
+constexpr int k_rows = 4;         // weight rows per tile
+constexpr int k_cols = 8;         // activation rows per tile: 4 pairs, one pair per zmm
+
+int64_t padded(int64_t M) {
+    return (M + k_cols - 1) / k_cols * k_cols;
+}
+
+// The packed activations of a batch (M >= k_min_batch), M rows padded to Mp (a multiple of
+// k_cols), nb blocks each:
+//   qs:   [Mp/2 pairs][nb][64 bytes]: the pair's two rows' 32 int8 of block ib side by side
+//   sums: [Mp/2 pairs][nb][16 int32]: their sums of 4 consecutive values (the lanes of vpdpbusd)
+//   d:    [nb][Mp] float: the blocks' f16 scale, converted; 0 in padded rows
+struct Packed {
+    uint8_t * qs;
+    int32_t * sums;
+    float * d;
+    Packed(uint8_t * p, int64_t nb, int64_t Mp)
+        : qs(p),
+          sums(reinterpret_cast<int32_t *>(p + Mp / 2 * nb * 64)),
+          d(reinterpret_cast<float *>(p + Mp / 2 * nb * 128)) {}
+};
+
+size_t packed_bytes(int64_t K, int64_t M) {
+    const int64_t nb = K / k_qk;
+    if (M < k_min_batch) return size_t(M * nb) * k_y_block;  // ggml's Q8_0 rows
+    const int64_t Mp = padded(M);
+    return size_t(Mp / 2 * nb * 128 + nb * Mp * int64_t(sizeof(float)));
+}
+
+void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
+    // ggml's own quantize_row_q8_0: the same bytes as ggml's mul_mat
+    const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
+    const int64_t nb = K / k_qk;
+    if (M < k_min_batch) {  // ggml's layout, rows one after the other
+        for (int64_t m = ith; m < M; m += nth) quantize(x + m * x_stride, packed + m * nb * k_y_block, K);
+        return;
+    }
+    const int64_t Mp = padded(M);
+    Packed p(packed, nb, Mp);
+    thread_local std::vector<uint8_t> row;
+    row.resize(size_t(nb) * k_y_block);
+    for (int64_t m = ith; m < Mp; m += nth) {
+        uint8_t * pair = p.qs + (m / 2) * nb * 64 + (m % 2) * 32;
+        int32_t * sums = p.sums + (m / 2) * nb * 16 + (m % 2) * 8;
+        if (m < M) quantize(x + m * x_stride, row.data(), K);
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            const uint8_t * b = row.data() + ib * k_y_block;
+            if (m >= M) {
+                std::memset(pair + ib * 64, 0, 32);
+                std::fill(sums + ib * 16, sums + ib * 16 + 8, 0);
+                p.d[ib * Mp + m] = 0.0f;
+                continue;
+            }
+            ggml_fp16_t d;
+            std::memcpy(&d, b, 2);
+            std::memcpy(pair + ib * 64, b + 2, 32);
+            for (int l = 0; l < 8; ++l) {
+                int32_t s = 0;
+                for (int i = 0; i < 4; ++i) s += int8_t(b[2 + 4 * l + i]);
+                sums[ib * 16 + l] = s;
+            }
+            p.d[ib * Mp + m] = ggml_fp16_to_fp32(d);
+        }
+    }
+}
+
+}  // namespace
+
+#ifdef KVLAB_VNNI
+
+namespace {
+
+using vnni::f16;
+using vnni::hsum8;
+
+// The weight types: a block's bytes, and the 32 values of one block as unsigned bytes u = value +
+// offset for vpdpbusd, in a 256-bit half; the offset times the activations' 4-value sums is taken
+// off the integer sums, which stay exact.
+struct Q8_0 {  // block_q8_0: f16 d, 32 int8
+    static constexpr size_t block = 34;
+    static constexpr int offset = 128, offset_shift = 7;
+    static __m256i values(const uint8_t * b) {
+        return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 2)),
+                                _mm256_set1_epi8(char(0x80)));
+    }
+};
+
+struct Q5_0 {  // block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; value = (nibble | bit << 4) - 16
+    static constexpr size_t block = 22;
+    static constexpr int offset = 16, offset_shift = 4;
+    static __m256i values(const uint8_t * b) {
+        const __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 6)));
+        const __m256i nib = _mm512_castsi512_si256(vnni::unpack_nibbles(x));
+        uint32_t h;  // bit j: the high bit of value j (ggml's bytes_from_bits_32)
+        std::memcpy(&h, b + 2, 4);
+        return _mm256_or_si256(nib, _mm256_maskz_mov_epi8(__mmask32(h), _mm256_set1_epi8(0x10)));
+    }
+};
+
+// Two rows' blocks in one zmm: b0's values in lanes 0-31, b1's in 32-63.
+template <class W>
+inline __m512i pair_values(const uint8_t * b0, const uint8_t * b1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(W::values(b0)), W::values(b1), 1);
+}
+
+// 8 weight rows against one activation row y (ggml's Q8_0 row), two per zmm (the activation block
+// in both halves).
+template <class W>
+void rows8(const uint8_t * w, size_t w_row_bytes, int64_t nb, const uint8_t * y, float * out) {
+    const vnni::PairSelect ps;
+    const __m512i offset = _mm512_set1_epi8(char(W::offset));
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const uint8_t * yb = y + ib * k_y_block;
+        const __m512i yq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(yb + 2)));
+        const __m512i corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, yq);  // offset x 4-value sums
+        const uint8_t * wb = w + ib * W::block;
+        uint16_t d8[8];  // plain loads: a gather is slow where microcode guards it (GDS)
+        for (int r = 0; r < 8; ++r) std::memcpy(&d8[r], wb + size_t(r) * w_row_bytes, 2);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(d8)));
+        const __m512 ddw = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(f16(yb))));  // lanes 0-7
+        for (int q = 0; q < 4; ++q) {
+            const uint8_t * b0 = wb + size_t(2 * q) * w_row_bytes;
+            const __m512i sum = _mm512_sub_epi32(
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_values<W>(b0, b0 + w_row_bytes), yq), corr);
+            acc[q] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ps.sel[q], ddw), _mm512_cvtepi32_ps(sum), acc[q]);
+        }
+    }
+    float a[4][16];
+    for (int q = 0; q < 4; ++q) _mm512_storeu_ps(a[q], acc[q]);
+    for (int r = 0; r < 8; ++r) out[r] = hsum8(a[r / 2] + (r % 2) * 8);
+}
+
+template <class W>
+void product_rows(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * y,
+                  int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+    const int64_t nb = K / k_qk;
+    const int64_t n_groups = (N + 7) / 8;
+    const int64_t g0 = n_groups * ith / nth, g1 = n_groups * (ith + 1) / nth;
+    const ggml_vec_dot_t vec_dot = ggml_get_type_traits_cpu(type)->vec_dot;
+    for (int64_t m = 0; m < M; ++m) {
+        const uint8_t * ym = y + m * nb * int64_t(k_y_block);
+        float * dm = dst + m * dst_stride;
+        for (int64_t g = g0; g < g1; ++g) {
+            const int64_t n0 = g * 8;
+            if (n0 + 8 <= N) {
+                rows8<W>(w + n0 * w_row_bytes, w_row_bytes, nb, ym, dm + n0);
+            } else {  // the last rows: ggml's own dot product
+                for (int64_t n = n0; n < N; ++n) vec_dot(int(K), dm + n, 0, w + n * w_row_bytes, 0, ym, 0, 1);
+            }
+        }
+    }
+}
+
+// A tile's weight rows unpacked once for all its column tiles: per row and block the 32 values
+// as unsigned bytes, twice (both 256-bit halves of a zmm), and the block's scale as a float.
+struct RowTile {
+    std::vector<uint8_t> q;  // [R][nb][64]
+    std::vector<float> d;    // [R][nb]
+    template <class W>
+    void unpack(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb) {
+        q.resize(size_t(R * nb) * 64);
+        d.resize(size_t(R * nb));
+        for (int r = 0; r < R; ++r)
+            for (int64_t ib = 0; ib < nb; ++ib) {
+                const uint8_t * b = w + r * w_row_bytes + ib * W::block;
+                const __m256i v = W::values(b);
+                _mm512_storeu_si512(&q[size_t(r * nb + ib) * 64], _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1));
+                d[r * nb + ib] = f16(b);
+            }
+    }
+};
+
+// One tile: R weight rows (R <= k_rows) x k_cols activation rows c0..c0+7.
+template <class W, int R>
+void tile(const RowTile & rt, int64_t nb, const Packed & p, int64_t Mp, int64_t c0, float * out) {
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+        for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_setzero_ps();
+    const vnni::PairSelect ps;  // lanes 0-7 take the pair's first row's scale, 8-15 the second's
+    const uint8_t * yq = p.qs + (c0 / 2) * nb * 64;
+    const int32_t * ys = p.sums + (c0 / 2) * nb * 16;
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const __m512 dy = _mm512_zextps256_ps512(_mm256_loadu_ps(p.d + ib * Mp + c0));
+        for (int q = 0; q < 4; ++q) {
+            const __m512i y = _mm512_loadu_si512(yq + (q * nb + ib) * 64);
+            const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(ys + (q * nb + ib) * 16), W::offset_shift);
+            const __m512 dq = _mm512_permutexvar_ps(ps.sel[q], dy);
+            for (int r = 0; r < R; ++r) {
+                const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(rt.d[r * nb + ib]), dq);
+                const __m512i sum = _mm512_sub_epi32(
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(&rt.q[size_t(r * nb + ib) * 64]), y),
+                    corr);
+                acc[r][q] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), acc[r][q]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        float a[4][16];
+        for (int q = 0; q < 4; ++q) _mm512_storeu_ps(a[q], acc[r][q]);
+        for (int c = 0; c < k_cols; ++c) out[c * k_rows + r] = hsum8(a[c / 2] + (c % 2) * 8);
+    }
+}
+
+template <class W>
+void product_tiles(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
+                   float * dst, int64_t dst_stride, int ith, int nth) {
+    const int64_t nb = K / k_qk, Mp = padded(M);
+    const Packed p(const_cast<uint8_t *>(packed), nb, Mp);
+    const int64_t n_tiles = (N + k_rows - 1) / k_rows;
+    const int64_t t0 = n_tiles * ith / nth, t1 = n_tiles * (ith + 1) / nth;
+    float out[k_cols * k_rows];
+    thread_local RowTile rt;
+    for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n0 = t * k_rows;
+        const int R = int(std::min<int64_t>(k_rows, N - n0));
+        rt.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+        for (int64_t c0 = 0; c0 < Mp; c0 += k_cols) {
+            switch (R) {
+                case 4:
+                    tile<W, 4>(rt, nb, p, Mp, c0, out);
+                    break;
+                case 3:
+                    tile<W, 3>(rt, nb, p, Mp, c0, out);
+                    break;
+                case 2:
+                    tile<W, 2>(rt, nb, p, Mp, c0, out);
+                    break;
+                default:
+                    tile<W, 1>(rt, nb, p, Mp, c0, out);
+                    break;
+            }
+            const int nc = int(std::min<int64_t>(k_cols, M - c0));
+            for (int c = 0; c < nc; ++c)
+                for (int r = 0; r < R; ++r) dst[(c0 + c) * dst_stride + n0 + r] = out[c * k_rows + r];
+        }
+    }
+}
+
+template <class W>
+void product_of(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
+                int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+    if (M < k_min_batch) return product_rows<W>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+    product_tiles<W>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+}
+
+void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
+             int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+    if (type == GGML_TYPE_Q8_0)
+        return product_of<Q8_0>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+    product_of<Q5_0>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+}
+
+}  // namespace
+
+bool available() {
+    return true;
+}
+
+#else
+
+namespace {
+void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
+             int) {}
+}  // namespace
+
+bool available() {
+    return false;
+}
+
+#endif
+
+bool applies(const ggml_tensor * w, const ggml_tensor * x) {
+    return available() && (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0) && ggml_n_dims(w) == 2 &&
+           w->ne[0] % k_qk == 0 && w->buffer && ggml_backend_buffer_is_host(w->buffer) && !w->extra &&
+           x->type == GGML_TYPE_F32 && x->ne[2] == 1 && x->ne[3] == 1 && x->ne[0] == w->ne[0] &&
+           x->nb[0] == sizeof(float) && x->ne[1] >= 1;
+}
+
+ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    const int64_t bytes = int64_t(packed_bytes(x->ne[0], x->ne[1]));
+    ggml_tensor * src[1] = {x};
+    ggml_tensor * packed = ggml_custom_4d(
+        ctx, GGML_TYPE_I8, bytes, 1, 1, 1, src, 1,
+        [](ggml_tensor * dst, int ith, int nth, void *) {
+            const ggml_tensor * xs = dst->src[0];
+            pack(static_cast<const float *>(xs->data), xs->ne[0], xs->ne[1], int64_t(xs->nb[1] / sizeof(float)),
+                 static_cast<uint8_t *>(dst->data), ith, nth);
+        },
+        GGML_N_TASKS_MAX, nullptr);
+    ggml_tensor * args[3] = {w, packed, x};
+    return ggml_custom_4d(
+        ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 3,
+        [](ggml_tensor * dst, int ith, int nth, void *) {
+            const ggml_tensor * wt = dst->src[0];
+            product(wt->type, static_cast<const uint8_t *>(wt->data), wt->nb[1], wt->ne[0], wt->ne[1],
+                    static_cast<const uint8_t *>(dst->src[1]->data), dst->src[2]->ne[1],
+                    static_cast<float *>(dst->data), int64_t(dst->nb[1] / sizeof(float)), ith, nth);
+        },
+        GGML_N_TASKS_MAX, nullptr);
+}
+
+}  // namespace kvlab::gemm_q8_0
