@@ -156,6 +156,7 @@ void rows8(const uint8_t * w, size_t w_row_bytes, int64_t nb, const uint8_t * y,
         const float dy = f16(yb), sy = f16(yb + 2);
         // the 8 rows' (d, m) f16 pairs -> floats d[0..7], m[0..7]
         const uint8_t * wb = w + ib * k_w_block;
+        for (int r = 0; r < 8; ++r) vnni::prefetch_ahead(wb + r * w_row_bytes);
         uint32_t dm8[8];  // plain loads: a gather is slow where microcode guards it (GDS)
         for (int r = 0; r < 8; ++r) std::memcpy(&dm8[r], wb + size_t(r) * w_row_bytes, 4);
         const __m256i dm = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(dm8));

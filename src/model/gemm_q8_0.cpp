@@ -131,6 +131,7 @@ void rows8(const uint8_t * w, size_t w_row_bytes, int64_t nb, const uint8_t * y,
         const __m512i yq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(yb + 2)));
         const __m512i corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, yq);  // offset x 4-value sums
         const uint8_t * wb = w + ib * W::block;
+        for (int r = 0; r < 8; ++r) vnni::prefetch_ahead(wb + r * w_row_bytes);
         uint16_t d8[8];  // plain loads: a gather is slow where microcode guards it (GDS)
         for (int r = 0; r < 8; ++r) std::memcpy(&d8[r], wb + size_t(r) * w_row_bytes, 2);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(d8)));

@@ -63,8 +63,8 @@ public:
         }
         // gemma_pytorch's query_pre_attn_scalar: n_embd / n_head on the 27B, head_dim elsewhere;
         // applied to Q in the graph (llama.cpp's order of operations), the attention's own scale 1
-        q_scale_ = hp.n_layer == 62 ? 1.0f / std::sqrt(float(hp.n_embd / hp.n_head))
-                                         : 1.0f / std::sqrt(float(hp.head_dim));
+        q_scale_ =
+            hp.n_layer == 62 ? 1.0f / std::sqrt(float(hp.n_embd / hp.n_head)) : 1.0f / std::sqrt(float(hp.head_dim));
         hp.attn_scale = 1.0f;
 
         const int64_t n_embd = hp.n_embd, n_q = int64_t(hp.n_head) * hp.head_dim;

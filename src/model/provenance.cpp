@@ -11,8 +11,12 @@
 
 namespace kvlab {
 
-std::string kvlab_version() { return KVLAB_VERSION; }
-std::string kvlab_git_commit() { return KVLAB_GIT_COMMIT; }
+std::string kvlab_version() {
+    return KVLAB_VERSION;
+}
+std::string kvlab_git_commit() {
+    return KVLAB_GIT_COMMIT;
+}
 
 nlohmann::json hparams_json(const Model & model) {
     const HParams & hp = model.hparams();
@@ -25,11 +29,12 @@ nlohmann::json hparams_json(const Model & model) {
         {"n_embd", hp.n_embd},
         {"n_vocab", hp.n_vocab},
         {"n_ctx_train", hp.n_ctx_train},
-        {"rope", {{"mode", hp.rope_mode == GGML_ROPE_TYPE_NEOX ? "neox" : "normal"},
-                  {"theta", hp.rope_theta},
-                  {"scaling", hp.rope_scaling_type},
-                  {"freq_scale", hp.rope_freq_scale},
-                  {"freq_factors", model.rope_freq_factors() != nullptr}}},
+        {"rope",
+         {{"mode", hp.rope_mode == GGML_ROPE_TYPE_NEOX ? "neox" : "normal"},
+          {"theta", hp.rope_theta},
+          {"scaling", hp.rope_scaling_type},
+          {"freq_scale", hp.rope_freq_scale},
+          {"freq_factors", model.rope_freq_factors() != nullptr}}},
     };
     if (hp.has_sliding_layers()) {  // only then: the other models' hashes stay what they were
         std::vector<int> sliding;
@@ -58,7 +63,10 @@ nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
         {"gguf", to_json(gs)},
     };
     j["hparams"] = hparams_json(model);
-    j["tokens"] = {{"bos", tok.bos()}, {"eos", tok.eos()}, {"eot", tok.eot()}, {"adds_bos", tok.adds_bos()},
+    j["tokens"] = {{"bos", tok.bos()},
+                   {"eos", tok.eos()},
+                   {"eot", tok.eot()},
+                   {"adds_bos", tok.adds_bos()},
                    {"eog", tok.eog_ids()}};
     j["build"] = {
         {"kvlab_version", kvlab_version()},

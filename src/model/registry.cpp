@@ -11,9 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "kvlab/error.h"
 #include "kvlab/sys.h"

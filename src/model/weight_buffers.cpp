@@ -1,5 +1,7 @@
 #include "model/weight_buffers.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -41,6 +43,16 @@ bool supports_matmul(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft, co
     return ok;
 }
 
+// Weights are read once per token from end to end: in 2 MiB pages (transparent huge pages, where
+// the kernel offers them on request) a token's pass takes ~50 TLB entries instead of ~25,000.
+// Advice only: asked before the weights are written, so that the first touch faults huge pages.
+void advise_huge_pages(ggml_backend_buffer_t buf) {
+    const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
+    const uintptr_t page = 4096, begin = (base + page - 1) / page * page,
+                    end = base + ggml_backend_buffer_get_size(buf);
+    if (end > begin) madvise(reinterpret_cast<void *>(begin), end - begin, MADV_HUGEPAGE);
+}
+
 }  // namespace
 
 WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend,
@@ -65,6 +77,7 @@ WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend,
             if (mine.empty()) continue;
             wb.repacked.reset(ggml_backend_buft_alloc_buffer(buft, size));
             if (!wb.repacked) throw Error("backend", "could not allocate the repacked weight buffer");
+            advise_huge_pages(wb.repacked.get());
             ggml_backend_buffer_set_usage(wb.repacked.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
             ggml_tallocr talloc = ggml_tallocr_new(wb.repacked.get());
             for (ggml_tensor * t : mine)
@@ -77,6 +90,7 @@ WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend,
     // the rest (every tensor still without data) in one plain host buffer
     wb.plain.reset(ggml_backend_alloc_ctx_tensors(ctx, backend));
     if (!wb.plain) throw Error("backend", "could not allocate the weight buffer");
+    advise_huge_pages(wb.plain.get());
     ggml_backend_buffer_set_usage(wb.plain.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     return wb;
 }
