@@ -71,6 +71,12 @@ MemoryRoom memory_room();
 // MemoryError: "[memory] <what> needs N bytes (X MiB); only M bytes (Y MiB) are available (limit)").
 void require_memory(uint64_t bytes, const std::string & what);
 
+// Asks the kernel to back the whole 4 KiB pages of [p, p + n) with transparent huge pages
+// (madvise MADV_HUGEPAGE; Debian's default THP mode serves only such requests): for memory read end
+// to end on every token (weights, KV rows), where 2 MiB pages save the TLB misses of 4 KiB ones.
+// Advice only, never an error; call it before the memory is first written.
+void advise_huge_pages(void * p, size_t n);
+
 double now_seconds();  // steady clock, seconds since an arbitrary epoch
 
 // s quoted for /bin/sh: 'it'\''s'.

@@ -57,6 +57,8 @@ void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
                              std::to_string(rows / (layers_.size() * size_t(n_head_kv_))) + " tokens)");
     buffer_.reset(ggml_backend_alloc_ctx_tensors(ctx_.get(), backend_));
     if (!buffer_) throw Error("cache", "could not allocate " + std::to_string(bytes()) + " bytes of KV cache");
+    // decode reads every row held on every token (read-only after written; huge pages where big enough)
+    advise_huge_pages(ggml_backend_buffer_get_base(buffer_.get()), ggml_backend_buffer_get_size(buffer_.get()));
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_COMPUTE);
 }
 

@@ -4,12 +4,13 @@
 
 #include <openssl/evp.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -249,6 +250,12 @@ bool peak_rss_resettable() {
     const int s = g_peak_reset_state.load();
     if (s >= 0) return s == 1;
     return access("/proc/self/clear_refs", W_OK) == 0;
+}
+
+void advise_huge_pages(void * p, size_t n) {
+    const auto base = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t page = 4096, begin = (base + page - 1) / page * page, end = (base + n) / page * page;
+    if (p && end > begin) madvise(reinterpret_cast<void *>(begin), end - begin, MADV_HUGEPAGE);
 }
 
 double now_seconds() {

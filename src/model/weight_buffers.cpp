@@ -1,7 +1,5 @@
 #include "model/weight_buffers.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -43,14 +41,9 @@ bool supports_matmul(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft, co
     return ok;
 }
 
-// Weights are read once per token from end to end: in 2 MiB pages (transparent huge pages, where
-// the kernel offers them on request) a token's pass takes ~50 TLB entries instead of ~25,000.
-// Advice only: asked before the weights are written, so that the first touch faults huge pages.
+// Weights are read end to end on every token: in 2 MiB pages (asked before they are written).
 void advise_huge_pages(ggml_backend_buffer_t buf) {
-    const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
-    const uintptr_t page = 4096, begin = (base + page - 1) / page * page,
-                    end = base + ggml_backend_buffer_get_size(buf);
-    if (end > begin) madvise(reinterpret_cast<void *>(begin), end - begin, MADV_HUGEPAGE);
+    kvlab::advise_huge_pages(ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf));
 }
 
 }  // namespace
