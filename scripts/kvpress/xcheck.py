@@ -34,12 +34,23 @@ def main():
     ap.add_argument("--ratio", type=float, required=True)
     ap.add_argument("--methods", default=",".join(KVPRESS))
     ap.add_argument("--label", default="kvlab defaults")
+    ap.add_argument("--kv-f16", action="store_true",
+                    help="round the keys and values the cache stores to float16, as kvlab's (and llama.cpp's) KV rows")
     a = ap.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import torch
     import kvpress
     from transformers import AutoModelForCausalLM, DynamicCache
+
+    if a.kv_f16:  # every row the cache stores (and attention and the presses read) rounded to F16
+        from transformers import cache_utils
+        update = cache_utils.DynamicLayer.update
+
+        def update_f16(self, key_states, value_states, *args, **kwargs):
+            return update(self, key_states.half().float(), value_states.half().float(), *args, **kwargs)
+
+        cache_utils.DynamicLayer.update = update_f16
 
     ids = torch.tensor([json.load(open(a.ids))], dtype=torch.long)
     L = ids.shape[1]
@@ -51,6 +62,9 @@ def main():
         if impl not in models:
             models[impl] = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32,
                                                                 attn_implementation=impl).eval()
+            cfg = models[impl].config  # CriticalKVPress reads config.head_dim, which Qwen2Config lacks
+            if getattr(cfg, "head_dim", None) is None:
+                cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
         return models[impl]
 
     rows = []
@@ -106,7 +120,7 @@ def main():
         try:
             with torch.no_grad(), press(model):
                 model.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
-        except Exception as e:  # kvpress's own limits (CriticalKVPress reads config.head_dim, which Qwen2Config lacks)
+        except Exception as e:  # kvpress's own limits: recorded, the other presses still run
             rows.append({"method": m, "ratio": a.ratio, "error": f"kvpress: {type(e).__name__}: {e}"})
             print(f"[xcheck] {a.label}: {m} ratio {a.ratio}: kvpress failed: {e}", file=sys.stderr)
             continue
@@ -138,7 +152,7 @@ def main():
         print(f"[xcheck] {a.label}: {m} ratio {a.ratio}: mean J {rows[-1]['mean_jaccard']:.3f}, "
               f"min {rows[-1]['min_jaccard']:.3f}" + (f"; score Spearman mean {rows[-1]['mean_spearman']:.4f}, "
                                                   f"min {rows[-1]['min_spearman']:.4f}" if rhos else ""), file=sys.stderr)
-    json.dump({"label": a.label, "ratio": a.ratio, "context_tokens": L, "rows": rows,
+    json.dump({"label": a.label, "ratio": a.ratio, "context_tokens": L, "rows": rows, "kvpress_kv_f16": a.kv_f16,
                "provenance": {"torch": torch.__version__, "kvpress": "0.5.5", "gguf": os.path.abspath(a.gguf),
                               "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                                            if l.startswith("model name")), platform.processor())}},
