@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -117,15 +117,24 @@ void accumulate_n(int mq, v16 * const * acc, const float * const * w, const v16 
 
 void accumulate_any(int mq, int dv, v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
     switch (dv) {
-        case 1: return accumulate_n<1>(mq, acc, w, vb, nb_max);
-        case 2: return accumulate_n<2>(mq, acc, w, vb, nb_max);
-        case 3: return accumulate_n<3>(mq, acc, w, vb, nb_max);
-        case 4: return accumulate_n<4>(mq, acc, w, vb, nb_max);
-        case 5: return accumulate_n<5>(mq, acc, w, vb, nb_max);
-        case 6: return accumulate_n<6>(mq, acc, w, vb, nb_max);
-        case 7: return accumulate_n<7>(mq, acc, w, vb, nb_max);
-        case 8: return accumulate_n<8>(mq, acc, w, vb, nb_max);
-        default: break;
+        case 1:
+            return accumulate_n<1>(mq, acc, w, vb, nb_max);
+        case 2:
+            return accumulate_n<2>(mq, acc, w, vb, nb_max);
+        case 3:
+            return accumulate_n<3>(mq, acc, w, vb, nb_max);
+        case 4:
+            return accumulate_n<4>(mq, acc, w, vb, nb_max);
+        case 5:
+            return accumulate_n<5>(mq, acc, w, vb, nb_max);
+        case 6:
+            return accumulate_n<6>(mq, acc, w, vb, nb_max);
+        case 7:
+            return accumulate_n<7>(mq, acc, w, vb, nb_max);
+        case 8:
+            return accumulate_n<8>(mq, acc, w, vb, nb_max);
+        default:
+            break;
     }
     for (int j = 0; j < nb_max; ++j) {  // head_dim > 128: the plain loop, same order
         const v16 * vr = vb + size_t(j) * dv;
@@ -136,10 +145,14 @@ void accumulate_any(int mq, int dv, v16 * const * acc, const float * const * w, 
 
 void score_any(int mq, const v16 * kt, const float * const * q, int d, v16 (&s)[k_mq][k_kv]) {
     switch (mq) {
-        case 1: return score_tile<1>(kt, q, d, s);
-        case 2: return score_tile<2>(kt, q, d, s);
-        case 3: return score_tile<3>(kt, q, d, s);
-        default: return score_tile<4>(kt, q, d, s);
+        case 1:
+            return score_tile<1>(kt, q, d, s);
+        case 2:
+            return score_tile<2>(kt, q, d, s);
+        case 3:
+            return score_tile<3>(kt, q, d, s);
+        default:
+            return score_tile<4>(kt, q, d, s);
     }
 }
 
@@ -167,12 +180,59 @@ int64_t n_blocks(const Problem & p) {
     return (rows + k_block - 1) / k_block;
 }
 
+#if defined(__AVX512F__)
+// r[i] = row i of a 16 x 16 float tile -> r[c] = column c (unpack, then three rounds of shuffles).
+inline void transpose16(__m512 (&r)[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; ++i) {  // per 128-bit lane k: (r2i[4k], r2i+1[4k], r2i[4k+1], r2i+1[4k+1]), ...
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; ++g) {  // u[4g + m], lane k: column 4k + m of rows 4g..4g+3
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int h = 0; h < 2; ++h)  // rows 8h..8h+7: columns m, m + 8 (0x88) and m + 4, m + 12 (0xdd)
+        for (int m = 0; m < 4; ++m) {
+            t[8 * h + m] = _mm512_shuffle_f32x4(u[8 * h + m], u[8 * h + 4 + m], 0x88);
+            t[8 * h + 4 + m] = _mm512_shuffle_f32x4(u[8 * h + m], u[8 * h + 4 + m], 0xdd);
+        }
+    for (int c = 0; c < 8; ++c) {  // all 16 rows of column c and of column c + 8
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+    }
+}
+#endif
+
 // Rows [b, b + k_block) of a segment, the rows from `end` on as zeros: K transposed into kt
-// [d][k_block], V into vb [k_block][dv * k_lanes] (zero beyond d).
+// [d][k_block], V into vb [k_block][dv * k_lanes] (zero beyond d). Data movement only: the
+// floats are the F16 values converted exactly, however they are moved.
 void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt, float * vb, float * row) {
     const int dv = (d + k_lanes - 1) / k_lanes;
     const int nr = int(std::clamp<int64_t>(end - b, 0, k_block));
-    for (int j = 0; j < k_block; ++j) {
+    int j0 = 0;
+#if defined(__AVX512F__)
+    if (d % 16 == 0) {  // whole 16 x 16 tiles of K transposed in registers, V rows converted 16 wide
+        for (; j0 + 16 <= nr; j0 += 16) {
+            for (int e0 = 0; e0 < d; e0 += 16) {
+                __m512 r[16];
+                for (int i = 0; i < 16; ++i)
+                    r[i] = _mm512_cvtph_ps(
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(sg.k + (b + j0 + i) * d + e0)));
+                transpose16(r);
+                for (int e = 0; e < 16; ++e) _mm512_storeu_ps(kt + size_t(e0 + e) * k_block + j0, r[e]);
+            }
+            for (int j = j0; j < j0 + 16; ++j)
+                for (int e0 = 0; e0 < d; e0 += 16)
+                    _mm512_storeu_ps(vb + size_t(j) * dv * k_lanes + e0,
+                                     _mm512_cvtph_ps(_mm256_loadu_si256(
+                                         reinterpret_cast<const __m256i *>(sg.v + (b + j) * d + e0))));
+        }
+    }
+#endif
+    for (int j = j0; j < k_block; ++j) {
         if (j < nr) {
             to_f32(sg.k + (b + j) * d, row, d);
             for (int e = 0; e < d; ++e) kt[e * k_block + j] = row[e];
