@@ -15,12 +15,9 @@ namespace {
 constexpr int64_t k_qk = 32;      // values per block (QK4_1 = QK8_1)
 constexpr size_t k_w_block = 20;  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles
 constexpr size_t k_y_block = 36;  // block_q8_1: f16 d, f16 s (= d * sum of qs), 32 int8
-constexpr int k_rows = 4;         // weight rows per tile
-constexpr int k_cols = 8;         // activation rows per tile: 4 pairs, one pair per zmm
-
-int64_t padded(int64_t M) {
-    return (M + k_cols - 1) / k_cols * k_cols;
-}
+constexpr int k_rows = vnni::k_tile_rows;
+constexpr int k_cols = vnni::k_tile_cols;
+using vnni::padded_cols;
 
 // The packed activations, for M rows padded to Mp (a multiple of k_cols), nb blocks each:
 //   qs: [Mp/2 pairs][nb][64 bytes]: the pair's two rows' 32 int8 of block ib side by side
@@ -37,7 +34,7 @@ struct Packed {
 
 size_t packed_bytes(int64_t K, int64_t M) {
     if (M < k_min_batch) return size_t(M * (K / k_qk)) * k_y_block;  // ggml's Q8_1 rows
-    const int64_t nb = K / k_qk, Mp = padded(M);
+    const int64_t nb = K / k_qk, Mp = padded_cols(M);
     return size_t(Mp / 2 * nb * 64 + 2 * nb * Mp * int64_t(sizeof(float)));
 }
 
@@ -48,7 +45,7 @@ void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * pac
         for (int64_t m = ith; m < M; m += nth) quantize(x + m * x_stride, packed + m * (K / k_qk) * k_y_block, K);
         return;
     }
-    const int64_t nb = K / k_qk, Mp = padded(M);
+    const int64_t nb = K / k_qk, Mp = padded_cols(M);
     Packed p(packed, nb, Mp);
     thread_local std::vector<uint8_t> row;
     row.resize(size_t(nb) * k_y_block);
@@ -183,21 +180,14 @@ void rows8(const uint8_t * w, size_t w_row_bytes, int64_t nb, const uint8_t * y,
 void product_rows(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * y, int64_t M,
                   float * dst, int64_t dst_stride, int ith, int nth) {
     const int64_t nb = K / k_qk;
-    const int64_t n_groups = (N + 7) / 8;
-    const int64_t g0 = n_groups * ith / nth, g1 = n_groups * (ith + 1) / nth;
     const ggml_vec_dot_t vec_dot = ggml_get_type_traits_cpu(GGML_TYPE_Q4_1)->vec_dot;
-    for (int64_t m = 0; m < M; ++m) {
-        const uint8_t * ym = y + m * nb * int64_t(k_y_block);
-        float * dm = dst + m * dst_stride;
-        for (int64_t g = g0; g < g1; ++g) {
-            const int64_t n0 = g * 8;
-            if (n0 + 8 <= N) {
-                rows8(w + n0 * w_row_bytes, w_row_bytes, nb, ym, dm + n0);
-            } else {  // the last rows: ggml's own dot product
-                for (int64_t n = n0; n < N; ++n) vec_dot(int(K), dm + n, 0, w + n * w_row_bytes, 0, ym, 0, 1);
-            }
-        }
-    }
+    const auto ym = [&](int64_t m) { return y + m * nb * int64_t(k_y_block); };
+    vnni::for_each_row_group(
+        N, M, ith, nth,
+        [&](int64_t n0, int64_t m) { rows8(w + n0 * w_row_bytes, w_row_bytes, nb, ym(m), dst + m * dst_stride + n0); },
+        [&](int64_t n, int64_t m) {  // the last rows: ggml's own dot product
+            vec_dot(int(K), dst + m * dst_stride + n, 0, w + n * w_row_bytes, 0, ym(m), 0, 1);
+        });
 }
 
 }  // namespace
@@ -209,36 +199,13 @@ bool available() {
 void product(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
              float * dst, int64_t dst_stride, int ith, int nth) {
     if (M < k_min_batch) return product_rows(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
-    const int64_t nb = K / k_qk, Mp = padded(M);
+    const int64_t nb = K / k_qk, Mp = padded_cols(M);
     const Packed p(const_cast<uint8_t *>(packed), nb, Mp);
-    const int64_t n_tiles = (N + k_rows - 1) / k_rows;
-    const int64_t t0 = n_tiles * ith / nth, t1 = n_tiles * (ith + 1) / nth;
-    float out[k_cols * k_rows];
     thread_local RowTile rt;
-    for (int64_t t = t0; t < t1; ++t) {
-        const int64_t n0 = t * k_rows;
-        const int R = int(std::min<int64_t>(k_rows, N - n0));
-        rt.unpack(w + n0 * w_row_bytes, w_row_bytes, R, nb);
-        for (int64_t c0 = 0; c0 < Mp; c0 += k_cols) {
-            switch (R) {
-                case 4:
-                    tile<4>(rt, nb, p, Mp, c0, out);
-                    break;
-                case 3:
-                    tile<3>(rt, nb, p, Mp, c0, out);
-                    break;
-                case 2:
-                    tile<2>(rt, nb, p, Mp, c0, out);
-                    break;
-                default:
-                    tile<1>(rt, nb, p, Mp, c0, out);
-                    break;
-            }
-            const int nc = int(std::min<int64_t>(k_cols, M - c0));
-            for (int c = 0; c < nc; ++c)
-                for (int r = 0; r < R; ++r) dst[(c0 + c) * dst_stride + n0 + r] = out[c * k_rows + r];
-        }
-    }
+    vnni::for_each_tile(
+        N, M, dst, dst_stride, ith, nth,
+        [&](int64_t n0, int R) { rt.unpack(w + n0 * w_row_bytes, w_row_bytes, R, nb); },
+        [&](auto R, int64_t c0, float * out) { tile<decltype(R)::value>(rt, nb, p, Mp, c0, out); });
 }
 
 #else
