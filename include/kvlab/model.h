@@ -49,6 +49,16 @@ struct HParams {
 
 class Architecture;
 
+// The arithmetic of this process's Q4_1 weight products (`kvlab --products`, one for the whole
+// process: every engine and model in it compares like with like):
+//   "ggml": bit-identical to ggml's mul_mat, so logits bit-identical to libllama's;
+//   "amx":  kvlab's own block order on Intel AMX tiles (src/model/gemm_q4_1_amx.h), the same bits
+//           at every batch size, a few float ulps from ggml's; refused where the CPU lacks it;
+//   "auto": amx where the CPU and the kernel have AMX-INT8, else ggml (the default).
+// Throws kvlab::Error for another name. Set it before building graphs.
+void set_products(const std::string & name);
+const char * products_name();  // the arithmetic in force: "ggml" or "amx"
+
 class Model {
 public:
     // Loads the GGUF at path (a file path; short names are resolved by the caller).
@@ -91,8 +101,8 @@ private:
     gguf_context_ptr gguf_;
     ggml_context_ptr ctx_;  // tensor metadata of the weights
     ggml_backend_ptr backend_;
-    ggml_backend_buffer_ptr repacked_;    // the products' weights in a repacked layout (may be null)
-    ggml_backend_buffer_ptr buffer_;      // the other weights
+    ggml_backend_buffer_ptr repacked_;  // the products' weights in a repacked layout (may be null)
+    ggml_backend_buffer_ptr buffer_;    // the other weights
     int n_repacked_ = 0;
     std::unique_ptr<Architecture> arch_;  // points into ctx_'s tensors
     struct Threads;

@@ -379,7 +379,9 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                     float * sx = reinterpret_cast<float *>(s[x]);
                     const float mb = scale_mask_max(s[x], na0, nb, p.scale);
                     v16 * acc = &sc.acc[size_t(t) * dv];
-                    if (mb > sc.m[t]) {
+                    if (mb > sc.m[t] && sc.m[t] == k_no_max) {
+                        sc.m[t] = mb;  // the first block: nothing to rescale (and no exp of -FLT_MAX to underflow)
+                    } else if (mb > sc.m[t]) {
                         const float f = std::exp(sc.m[t] - mb);
                         sc.l[t] *= f;
                         for (int w = 0; w < dv; ++w) acc[w] *= f;

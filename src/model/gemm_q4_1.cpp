@@ -6,6 +6,7 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "model/packed_product.h"
 #include "model/vnni.h"
 
 namespace kvlab::gemm {
@@ -219,38 +220,15 @@ void product(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t
 #endif
 
 namespace {
-
-void op_pack(ggml_tensor * dst, const ggml_tensor * x, int ith, int nth) {
-    pack(static_cast<const float *>(x->data), x->ne[0], x->ne[1], int64_t(x->nb[1] / sizeof(float)),
-         static_cast<uint8_t *>(dst->data), ith, nth);
-}
-
-void op_product(ggml_tensor * dst, int ith, int nth, void *) {
-    const ggml_tensor * w = dst->src[0];
-    const ggml_tensor * packed = dst->src[1];
-    const ggml_tensor * x = dst->src[2];
-    product(static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], w->ne[1],
-            static_cast<const uint8_t *>(packed->data), x->ne[1], static_cast<float *>(dst->data),
-            int64_t(dst->nb[1] / sizeof(float)), ith, nth);
-}
-
+constexpr gemm_common::PackedProduct k_kernel = {pack, gemm_common::product_of<product>};
 }  // namespace
 
 bool applies(const ggml_tensor * w, const ggml_tensor * x) {
-    return available() && w->type == GGML_TYPE_Q4_1 && ggml_n_dims(w) == 2 && w->ne[0] % k_qk == 0 && w->buffer &&
-           ggml_backend_buffer_is_host(w->buffer) && !w->extra && x->type == GGML_TYPE_F32 && x->ne[2] == 1 &&
-           x->ne[3] == 1 && x->ne[0] == w->ne[0] && x->nb[0] == sizeof(float) && x->ne[1] >= 1;
+    return available() && w->type == GGML_TYPE_Q4_1 && gemm_common::plain_operands(w, x, k_qk);
 }
 
 ggml_tensor * mul_mat_q4_1(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    const int64_t bytes = int64_t(packed_bytes(x->ne[0], x->ne[1]));
-    ggml_tensor * src[1] = {x};
-    ggml_tensor * packed = ggml_custom_4d(
-        ctx, GGML_TYPE_I8, bytes, 1, 1, 1, src, 1,
-        [](ggml_tensor * dst, int ith, int nth, void *) { op_pack(dst, dst->src[0], ith, nth); }, GGML_N_TASKS_MAX,
-        nullptr);
-    ggml_tensor * args[3] = {w, packed, x};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 3, op_product, GGML_N_TASKS_MAX, nullptr);
+    return gemm_common::packed_product(ctx, w, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
 }
 
 }  // namespace kvlab::gemm

@@ -6,6 +6,7 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "model/packed_product.h"
 #include "model/vnni.h"
 
 namespace kvlab::gemm_q8_0 {
@@ -256,34 +257,25 @@ bool available() {
 
 #endif
 
+namespace {
+
+void product_of(const ggml_tensor * w, const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith,
+                int nth) {
+    product(w->type, static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], w->ne[1], packed, M, dst, dst_stride,
+            ith, nth);
+}
+
+constexpr gemm_common::PackedProduct k_kernel = {pack, product_of};
+
+}  // namespace
+
 bool applies(const ggml_tensor * w, const ggml_tensor * x) {
-    return available() && (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0) && ggml_n_dims(w) == 2 &&
-           w->ne[0] % k_qk == 0 && w->buffer && ggml_backend_buffer_is_host(w->buffer) && !w->extra &&
-           x->type == GGML_TYPE_F32 && x->ne[2] == 1 && x->ne[3] == 1 && x->ne[0] == w->ne[0] &&
-           x->nb[0] == sizeof(float) && x->ne[1] >= 1;
+    return available() && (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0) &&
+           gemm_common::plain_operands(w, x, k_qk);
 }
 
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    const int64_t bytes = int64_t(packed_bytes(x->ne[0], x->ne[1]));
-    ggml_tensor * src[1] = {x};
-    ggml_tensor * packed = ggml_custom_4d(
-        ctx, GGML_TYPE_I8, bytes, 1, 1, 1, src, 1,
-        [](ggml_tensor * dst, int ith, int nth, void *) {
-            const ggml_tensor * xs = dst->src[0];
-            pack(static_cast<const float *>(xs->data), xs->ne[0], xs->ne[1], int64_t(xs->nb[1] / sizeof(float)),
-                 static_cast<uint8_t *>(dst->data), ith, nth);
-        },
-        GGML_N_TASKS_MAX, nullptr);
-    ggml_tensor * args[3] = {w, packed, x};
-    return ggml_custom_4d(
-        ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 3,
-        [](ggml_tensor * dst, int ith, int nth, void *) {
-            const ggml_tensor * wt = dst->src[0];
-            product(wt->type, static_cast<const uint8_t *>(wt->data), wt->nb[1], wt->ne[0], wt->ne[1],
-                    static_cast<const uint8_t *>(dst->src[1]->data), dst->src[2]->ne[1],
-                    static_cast<float *>(dst->data), int64_t(dst->nb[1] / sizeof(float)), ith, nth);
-        },
-        GGML_N_TASKS_MAX, nullptr);
+    return gemm_common::packed_product(ctx, w, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
 }
 
 }  // namespace kvlab::gemm_q8_0

@@ -1,11 +1,13 @@
 #include "model/graph_builders.h"
 
 #include "model/gemm_q4_1.h"
+#include "model/gemm_q4_1_amx.h"
 #include "model/gemm_q8_0.h"
 
 namespace kvlab::graph {
 
 ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    if (gemm_amx::applies(w, x)) return gemm_amx::mul_mat(ctx, w, x);
     if (gemm::applies(w, x)) return gemm::mul_mat_q4_1(ctx, w, x);
     if (gemm_q8_0::applies(w, x)) return gemm_q8_0::mul_mat(ctx, w, x);
     return ggml_mul_mat(ctx, w, x);

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kvlab/model.h"
+
 namespace kvlab::test {
 
 std::string source_dir() {
@@ -67,6 +69,14 @@ RunResult run_command(const std::string & cmd) {
     const int st = pclose(p);
     r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     return r;
+}
+
+ProductsScope::ProductsScope(const std::string & name) : before_(products_name()) {
+    set_products(name);
+}
+
+ProductsScope::~ProductsScope() {
+    set_products(before_);
 }
 
 }  // namespace kvlab::test

@@ -1,0 +1,196 @@
+// kvlab's own Q4_1 arithmetic (gemm_q4_1_amx.h): AMX tiles for batches, AVX-512 VNNI below.
+// Against a plain reference in double over the same quantized values (the error within the
+// bound of 2 * nb float steps), against ggml's mul_mat (within the sum of both orders' bounds), and against itself:
+// every output has the same bits whatever the batch it is part of (tiles or single rows), the padding and the thread
+// count.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+#include "ggml-cpu.h"
+#include "kvlab/error.h"
+#include "model/gemm_q4_1_amx.h"
+
+namespace kvlab {
+namespace {
+
+struct Problem {
+    int64_t K, N, M;
+    std::vector<uint8_t> w;  // Q4_1 [N][K]
+    std::vector<float> x;    // [M][K]
+    size_t row_bytes() const { return ggml_row_size(GGML_TYPE_Q4_1, K); }
+};
+
+Problem make(int64_t K, int64_t N, int64_t M, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    Problem p{K, N, M, {}, {}};
+    std::vector<float> wf(size_t(K * N));
+    for (float & v : wf) v = nd(rng) * 0.05f + 0.01f;
+    p.x.resize(size_t(K * M));
+    for (size_t i = 0; i < p.x.size(); ++i) p.x[i] = nd(rng) * (i % 97 == 0 ? 8.0f : 1.0f);  // some outliers
+    p.w.resize(p.row_bytes() * size_t(N));
+    ggml_quantize_chunk(GGML_TYPE_Q4_1, wf.data(), p.w.data(), 0, N, K, nullptr);
+    return p;
+}
+
+// kvlab's product of rows [m0, m0 + M) of x, each thread's share computed in turn.
+std::vector<float> kvlab_product(const Problem & p, int64_t m0, int64_t M, int nth) {
+    std::vector<uint8_t> packed(gemm_amx::packed_bytes(p.K, M));
+    for (int ith = 0; ith < nth; ++ith) gemm_amx::pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth);
+    std::vector<float> out(size_t(p.N * M), NAN);
+    for (int ith = 0; ith < nth; ++ith)
+        gemm_amx::product(p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth);
+    return out;
+}
+
+float f16(const uint8_t * b) {
+    ggml_fp16_t h;
+    std::memcpy(&h, b, 2);
+    return ggml_fp16_to_fp32(h);
+}
+
+// The exact value of each output over the quantized weights and Q8_1 activations, and sum |terms|
+// (the 2 nb products d_w d_y sum and m_w s_y). A float evaluation in S rounded steps, each term
+// rounded once before it is added, is off by at most (S + 2) u sum |terms|, u = 2^-24: kvlab's
+// chain has S = 2 nb; ggml's 8 lane chains of nb steps, its 3 additions across lanes, the minima's
+// chain of nb steps and the final addition S = 2 nb + 4.
+struct Reference {
+    std::vector<double> value, mag, mag_lanes;  // mag_lanes: ggml's terms, per lane of 4 products
+    int64_t nb;
+    double kvlab_bound(size_t i) const { return double(2 * nb + 2) * std::ldexp(1.0, -24) * mag[i]; }
+    double ggml_bound(size_t i) const { return double(2 * nb + 6) * std::ldexp(1.0, -24) * mag_lanes[i]; }
+};
+
+Reference reference(const Problem & p) {
+    const int64_t nb = p.K / 32;
+    const ggml_from_float_t q8_1 = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
+    std::vector<uint8_t> y(size_t(nb) * 36);
+    const size_t n_out = size_t(p.N * p.M);
+    Reference r{std::vector<double>(n_out), std::vector<double>(n_out), std::vector<double>(n_out), nb};
+    for (int64_t m = 0; m < p.M; ++m) {
+        q8_1(p.x.data() + m * p.K, y.data(), p.K);
+        for (int64_t n = 0; n < p.N; ++n) {
+            double v = 0.0, mag = 0.0, mag_lanes = 0.0;
+            for (int64_t ib = 0; ib < nb; ++ib) {
+                const uint8_t * wb = p.w.data() + size_t(n) * p.row_bytes() + ib * 20;
+                const uint8_t * yb = y.data() + ib * 36;
+                int32_t sum = 0, lanes = 0;  // lanes: sum of |each 4 values' sum|
+                for (int l = 0; l < 8; ++l) {
+                    int32_t lane = 0;
+                    for (int j = 4 * l % 16; j < 4 * l % 16 + 4; ++j)
+                        lane += (l < 4 ? wb[4 + j] & 0x0F : wb[4 + j] >> 4) * int8_t(yb[4 + (l < 4 ? 0 : 16) + j]);
+                    sum += lane;
+                    lanes += std::abs(lane);
+                }
+                const double dd = double(f16(wb)) * f16(yb), t2 = double(f16(wb + 2)) * f16(yb + 2);
+                v += dd * sum + t2;
+                mag += std::fabs(dd * sum) + std::fabs(t2);
+                mag_lanes += std::fabs(dd) * lanes + std::fabs(t2);
+            }
+            r.value[m * p.N + n] = v;
+            r.mag[m * p.N + n] = mag;
+            r.mag_lanes[m * p.N + n] = mag_lanes;
+        }
+    }
+    return r;
+}
+
+std::vector<float> ggml_product(const Problem & p) {
+    ggml_context_ptr ctx(ggml_init({8 * ggml_tensor_overhead(), nullptr, true}));
+    ggml_tensor * w = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_Q4_1, p.K, p.N);
+    ggml_tensor * x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, p.K, p.M);
+    ggml_backend_ptr be(ggml_backend_cpu_init());
+    ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx.get(), be.get()));
+    ggml_backend_tensor_set(w, p.w.data(), 0, p.w.size());
+    ggml_backend_tensor_set(x, p.x.data(), 0, p.x.size() * sizeof(float));
+    ggml_context_ptr gctx(ggml_init({16 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true}));
+    ggml_tensor * y = ggml_mul_mat(gctx.get(), w, x);
+    ggml_cgraph * gf = ggml_new_graph(gctx.get());
+    ggml_build_forward_expand(gf, y);
+    ggml_gallocr_ptr galloc(ggml_gallocr_new(ggml_backend_get_default_buffer_type(be.get())));
+    EXPECT_TRUE(ggml_gallocr_alloc_graph(galloc.get(), gf));
+    EXPECT_EQ(ggml_backend_graph_compute(be.get(), gf), GGML_STATUS_SUCCESS);
+    std::vector<float> out(size_t(p.N * p.M));
+    ggml_backend_tensor_get(y, out.data(), 0, out.size() * sizeof(float));
+    return out;
+}
+
+class GemmAmx : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!gemm_amx::available())
+            GTEST_SKIP() << "no AMX-INT8 tiles on this CPU (or not granted by the kernel): the ggml arithmetic runs";
+    }
+};
+
+// Shapes: a single block, partial weight panels, batches with and without padding, smollm2's.
+const std::vector<std::array<int64_t, 3>> k_shapes = {{32, 16, 16},     {64, 13, 17}, {576, 192, 37}, {576, 1536, 64},
+                                                      {1536, 576, 100}, {96, 35, 1},  {576, 40, 5}};
+
+TEST_F(GemmAmx, WithinTheRoundingBoundOfTheExactValue) {
+    double worst = 0.0;
+    for (const auto & [K, N, M] : k_shapes) {
+        const Problem p = make(K, N, M, unsigned(K + N + M));
+        const Reference ref = reference(p);
+        const std::vector<float> got = kvlab_product(p, 0, M, 2);
+        for (size_t i = 0; i < got.size(); ++i) {
+            const double err = std::fabs(double(got[i]) - ref.value[i]);
+            ASSERT_LE(err, ref.kvlab_bound(i)) << "K " << K << " N " << N << " M " << M << " output " << i;
+            worst = std::max(worst, err / ref.kvlab_bound(i));
+        }
+    }
+    std::printf("[ measure  ] largest error / bound: %.3g\n", worst);
+}
+
+TEST_F(GemmAmx, CloseToGgmlMulMat) {
+    for (const auto & [K, N, M] : k_shapes) {
+        const Problem p = make(K, N, M, unsigned(3 * K + N));
+        const Reference ref = reference(p);
+        const std::vector<float> got = kvlab_product(p, 0, M, 1), g = ggml_product(p);
+        size_t same = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_LE(std::fabs(double(got[i]) - g[i]), ref.kvlab_bound(i) + ref.ggml_bound(i))
+                << "K " << K << " N " << N << " M " << M;
+            same += got[i] == g[i];
+        }
+        std::printf("[ measure  ] K %ld N %ld M %ld: %zu of %zu outputs equal to ggml's\n", long(K), long(N), long(M),
+                    same, got.size());
+    }
+}
+
+// The same output bits from a 100-row batch (AMX tiles, padded to 112), from its rows one at a
+// time and in 5-row batches (VNNI), from 16-row batches, at 1 to 3 threads.
+TEST_F(GemmAmx, SameBitsWhateverTheBatch) {
+    const Problem p = make(576, 200, 100, 11);
+    const std::vector<float> whole = kvlab_product(p, 0, p.M, 1);
+    const auto expect_rows = [&](const std::vector<float> & part, int64_t m0, int64_t M, const char * what) {
+        EXPECT_EQ(std::memcmp(part.data(), whole.data() + m0 * p.N, part.size() * sizeof(float)), 0)
+            << what << " rows " << m0 << ".." << m0 + M;
+    };
+    for (int nth : {2, 3}) expect_rows(kvlab_product(p, 0, p.M, nth), 0, p.M, "threads");
+    for (int64_t m = 0; m < p.M; m += 7) expect_rows(kvlab_product(p, m, 1, 2), m, 1, "single row");
+    for (int64_t m = 0; m + 5 <= p.M; m += 5) expect_rows(kvlab_product(p, m, 5, 1), m, 5, "5-row batch");
+    for (int64_t m = 0; m + 16 <= p.M; m += 16) expect_rows(kvlab_product(p, m, 16, 2), m, 16, "16-row batch");
+}
+
+TEST(GemmAmxMode, ParsesAndRefusesWhatTheMachineLacks) {
+    EXPECT_EQ(gemm_amx::parse_mode("ggml"), gemm_amx::Mode::ggml);
+    EXPECT_EQ(gemm_amx::parse_mode("auto"), gemm_amx::available() ? gemm_amx::Mode::amx : gemm_amx::Mode::ggml);
+    if (gemm_amx::available())
+        EXPECT_EQ(gemm_amx::parse_mode("amx"), gemm_amx::Mode::amx);
+    else
+        EXPECT_THROW(gemm_amx::parse_mode("amx"), Error);
+    EXPECT_THROW(gemm_amx::parse_mode("fast"), Error);
+}
+
+}  // namespace
+}  // namespace kvlab
