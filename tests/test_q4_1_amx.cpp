@@ -182,6 +182,34 @@ TEST_F(GemmAmx, SameBitsWhateverTheBatch) {
     for (int64_t m = 0; m + 16 <= p.M; m += 16) expect_rows(kvlab_product(p, m, 16, 2), m, 16, "16-row batch");
 }
 
+// The packed activations are ggml's Q8_1 blocks (quantize_row_q8_1) value for value: the int8
+// values, the scale and the sum as their f16 bits converted; padded rows zero. With blocks of
+// zeros, of halves that round to even, and outliers.
+TEST_F(GemmAmx, PackHoldsGgmlsQ8_1Blocks) {
+    const int64_t K = 576, M = 37, nb = K / 32, Mp = 48;
+    Problem p = make(K, 16, M, 5);
+    std::fill(p.x.begin() + 64, p.x.begin() + 96, 0.0f);  // row 0, block 2: zeros
+    for (int j = 0; j < 32; ++j) p.x[size_t(K + j)] = (j - 16) * 0.5f + (j == 5 ? 63.5f : 0.0f);
+    ASSERT_EQ(gemm_amx::packed_bytes(K, M), size_t(Mp * K + 2 * nb * Mp * 4));
+    std::vector<uint8_t> packed(gemm_amx::packed_bytes(K, M), 0xAB);
+    for (int ith = 0; ith < 2; ++ith) gemm_amx::pack(p.x.data(), K, M, K, packed.data(), ith, 2);
+    const int8_t * qs = reinterpret_cast<const int8_t *>(packed.data());
+    const float * d = reinterpret_cast<const float *>(packed.data() + Mp * K);
+    const float * s = d + nb * Mp;
+    const ggml_from_float_t q8_1 = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
+    std::vector<uint8_t> y(size_t(nb) * 36);
+    for (int64_t m = 0; m < Mp; ++m) {
+        if (m < M) q8_1(p.x.data() + m * K, y.data(), K);
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            const uint8_t * b = y.data() + ib * 36;
+            for (int j = 0; j < 32; ++j)
+                ASSERT_EQ(qs[m * K + ib * 32 + j], m < M ? int8_t(b[4 + j]) : 0) << "row " << m << " block " << ib;
+            ASSERT_EQ(d[ib * Mp + m], m < M ? f16(b) : 0.0f) << "row " << m << " block " << ib;
+            ASSERT_EQ(s[ib * Mp + m], m < M ? f16(b + 2) : 0.0f) << "row " << m << " block " << ib;
+        }
+    }
+}
+
 TEST(GemmAmxMode, ParsesAndRefusesWhatTheMachineLacks) {
     EXPECT_EQ(gemm_amx::parse_mode("ggml"), gemm_amx::Mode::ggml);
     EXPECT_EQ(gemm_amx::parse_mode("auto"), gemm_amx::available() ? gemm_amx::Mode::amx : gemm_amx::Mode::ggml);

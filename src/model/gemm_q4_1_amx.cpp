@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "ggml-backend.h"
-#include "ggml-cpu.h"
 #include "kvlab/error.h"
 #include "kvlab/model.h"
 #include "model/packed_product.h"
@@ -30,7 +29,6 @@ namespace {
 
 constexpr int64_t k_qk = 32;      // values per block (QK4_1 = QK8_1)
 constexpr size_t k_w_block = 20;  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles
-constexpr size_t k_y_block = 36;  // block_q8_1: f16 d, f16 s (= d * sum of qs), 32 int8
 constexpr int k_panel = 16;       // weight rows per panel: one AMX tile's columns, one zmm's lanes
 constexpr int k_rows = 16;        // activation rows per AMX tile
 
@@ -60,34 +58,48 @@ size_t packed_bytes(int64_t K, int64_t M) {
     return size_t(Mp * K + 2 * (K / k_qk) * Mp * int64_t(sizeof(float)));
 }
 
+#ifdef KVLAB_AMX
+
+namespace {
+
+// ggml's quantize_row_q8_1 (ggml-cpu/arch/x86/quants.c) for one block, written where this
+// kernel reads it: the same operations on every value (max |x| exact in any order, d = max / 127
+// and id = 127 / max in float, x * id rounded to nearest even, d and d * sum(q) rounded to f16),
+// so the same bytes, 16 values per instruction instead of 8.
+inline void quantize_block(const float * x, int8_t * q, float * d, float * s) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float dv = max / 127.f;
+    const float id = max != 0.0f ? 127.f / max : 0.0f;
+    const __m512 mul = _mm512_set1_ps(id);
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, mul), _MM_FROUND_TO_NEAREST_INT));
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, mul), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm512_cvtsepi32_epi8(i1));
+    const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    *d = _cvtsh_ss(_cvtss_sh(dv, _MM_FROUND_TO_NEAREST_INT));
+    *s = _cvtsh_ss(_cvtss_sh(dv * float(sum), _MM_FROUND_TO_NEAREST_INT));
+}
+
+}  // namespace
+
+// Rows in contiguous ranges per thread (the d and s arrays are [block][row]: interleaved rows
+// would share their cache lines between threads).
 void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
-    // ggml's own quantize_row_q8_1: the same activation bytes as ggml's mul_mat
-    const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
     const int64_t nb = K / k_qk, Mp = padded_rows(M);
     int8_t * qs = reinterpret_cast<int8_t *>(packed);
     float * d = reinterpret_cast<float *>(packed + Mp * K);
     float * s = d + nb * Mp;
-    thread_local std::vector<uint8_t> row;
-    row.resize(size_t(nb) * k_y_block);
-    for (int64_t m = ith; m < Mp; m += nth) {
+    for (int64_t m = Mp * ith / nth; m < Mp * (ith + 1) / nth; ++m) {
         if (m >= M) {
             std::memset(qs + m * K, 0, size_t(K));
             for (int64_t ib = 0; ib < nb; ++ib) d[ib * Mp + m] = s[ib * Mp + m] = 0.0f;
             continue;
         }
-        quantize(x + m * x_stride, row.data(), K);
-        for (int64_t ib = 0; ib < nb; ++ib) {
-            const uint8_t * b = row.data() + ib * k_y_block;
-            ggml_fp16_t h[2];
-            std::memcpy(h, b, 4);
-            std::memcpy(qs + m * K + ib * k_qk, b + 4, k_qk);
-            d[ib * Mp + m] = ggml_fp16_to_fp32(h[0]);
-            s[ib * Mp + m] = ggml_fp16_to_fp32(h[1]);
-        }
+        for (int64_t ib = 0; ib < nb; ++ib)
+            quantize_block(x + m * x_stride + ib * k_qk, qs + m * K + ib * k_qk, &d[ib * Mp + m], &s[ib * Mp + m]);
     }
 }
-
-#ifdef KVLAB_AMX
 
 namespace {
 
@@ -374,6 +386,7 @@ bool available() {
     return false;
 }
 
+void pack(const float *, int64_t, int64_t, int64_t, uint8_t *, int, int) {}
 void product(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int, int) {}
 
 #endif

@@ -3,7 +3,9 @@
 // RoPE matrix averaged over the next n_future positions, give the attention that future
 // queries are expected to pay each key; times ||v||; the n_sink first tokens are kept.
 // Pre-RoPE queries are recovered from the observed post-RoPE ones by the inverse rotation.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "ggml-backend.h"
 #include "ggml.h"
@@ -15,6 +17,9 @@
 
 namespace kvlab::press {
 namespace {
+
+typedef double v8d __attribute__((vector_size(64)));  // 8 doubles: one AVX-512 register
+constexpr int k_max_vecs = 16;                        // head_dim up to 128 in registers' worth
 
 // The rotation pairs (a, b) of RoPE and their inverse frequencies (angle = pos * inv_freq)
 // of layer il (a sliding-window layer has its own base and no scaling).
@@ -70,22 +75,62 @@ public:
             const double t0 = now_seconds();
             const int d = hp_.head_dim, H = hp_.n_head;
             const Rope & rope = rope_[size_t(il)];
+            // the inverse rotation of each token (angle -pos * f), shared by the query heads
+            const size_t half = rope.a.size();
+            cos_.resize(size_t(n) * half);
+            sin_.resize(size_t(n) * half);
+            for (int64_t r = 0; r < n; ++r)
+                for (size_t i = 0; i < half; ++i) {
+                    const double pos = double(tok0 + r);
+                    cos_[size_t(r) * half + i] = std::cos(pos * rope.inv_freq[i]);
+                    sin_[size_t(r) * half + i] = -std::sin(pos * rope.inv_freq[i]);
+                }
             parallel_for(H, n_threads_, [&](int64_t qh) {
-                std::vector<double> x(static_cast<size_t>(d)), c(rope.a.size()), s(rope.a.size());
+                constexpr int64_t k_tokens = 8;  // tokens added per pass over the sums
+                std::vector<double> xs(size_t(k_tokens) * d), c(half), s(half);
                 double * sm = sum_[il].data() + qh * d;
                 double * s2 = sum2_[il].data() + qh * d * d;
-                for (int64_t r = 0; r < n; ++r) {
-                    const float * qr = q + (r * H + qh) * d;
-                    for (int e = 0; e < d; ++e) x[e] = qr[e];
-                    const double pos = double(tok0 + r);
-                    for (size_t i = 0; i < c.size(); ++i) {  // the inverse rotation: angle -pos * f
-                        c[i] = std::cos(pos * rope.inv_freq[i]);
-                        s[i] = -std::sin(pos * rope.inv_freq[i]);
+                for (int64_t r0 = 0; r0 < n; r0 += k_tokens) {
+                    const int64_t nt = std::min(k_tokens, n - r0);
+                    for (int64_t t = 0; t < nt; ++t) {
+                        const int64_t r = r0 + t;
+                        const float * qr = q + (r * H + qh) * d;
+                        double * x = xs.data() + t * d;
+                        for (int e = 0; e < d; ++e) x[e] = qr[e];
+                        c.assign(cos_.begin() + r * int64_t(half), cos_.begin() + (r + 1) * int64_t(half));
+                        s.assign(sin_.begin() + r * int64_t(half), sin_.begin() + (r + 1) * int64_t(half));
+                        rope.apply(x, c, s);
                     }
-                    rope.apply(x.data(), c, s);
+                    // each sum takes the tokens in order, as one token at a time would; of the
+                    // second moments the upper triangle (score() reads it mirrored), by whole
+                    // vectors of 8 from the one that holds the diagonal
                     for (int e = 0; e < d; ++e) {
-                        sm[e] += x[e];
-                        for (int f = 0; f < d; ++f) s2[e * d + f] += x[e] * x[f];
+                        double a = sm[e];
+                        for (int64_t t = 0; t < nt; ++t) a += xs[size_t(t * d + e)];
+                        sm[e] = a;
+                    }
+                    if (d % 8 == 0 && d <= 8 * k_max_vecs) {
+                        for (int e = 0; e < d; ++e) {
+                            const int v0 = e / 8, nv = d / 8;
+                            v8d acc[k_max_vecs];
+                            for (int v = v0; v < nv; ++v) std::memcpy(&acc[v], s2 + e * d + 8 * v, sizeof(v8d));
+                            for (int64_t t = 0; t < nt; ++t) {
+                                const double xe = xs[size_t(t * d + e)];
+                                for (int v = v0; v < nv; ++v) {
+                                    v8d xf;
+                                    std::memcpy(&xf, &xs[size_t(t * d + 8 * v)], sizeof(v8d));
+                                    acc[v] += xe * xf;
+                                }
+                            }
+                            for (int v = v0; v < nv; ++v) std::memcpy(s2 + e * d + 8 * v, &acc[v], sizeof(v8d));
+                        }
+                    } else {
+                        for (int e = 0; e < d; ++e)
+                            for (int f = e; f < d; ++f) {
+                                double b = s2[e * d + f];
+                                for (int64_t t = 0; t < nt; ++t) b += xs[size_t(t * d + e)] * xs[size_t(t * d + f)];
+                                s2[e * d + f] = b;
+                            }
                     }
                 }
             });
@@ -130,8 +175,9 @@ public:
                 const double * sm = sum_[il].data() + size_t(qh) * d;
                 const double * s2 = sum2_[il].data() + size_t(qh) * d * d;
                 for (int e = 0; e < d; ++e) m[e] = sm[e] / double(count_);
-                for (int e = 0; e < d; ++e)
-                    for (int f = 0; f < d; ++f) cov[e * d + f] = s2[e * d + f] / double(count_) - m[e] * m[f];
+                for (int e = 0; e < d; ++e)  // s2 holds the upper triangle (f >= e)
+                    for (int f = 0; f < d; ++f)
+                        cov[e * d + f] = s2[std::min(e, f) * d + std::max(e, f)] / double(count_) - m[e] * m[f];
                 rope.apply(m.data(), cbar, sbar);
                 for (int f = 0; f < d; ++f) rope.apply(cov.data() + f, cbar, sbar, d);           // columns: R S
                 for (int e = 0; e < d; ++e) rope.apply(cov.data() + size_t(e) * d, cbar, sbar);  // rows: (R S) R^T
@@ -151,7 +197,8 @@ private:
     std::vector<Rope> rope_;  // [n_layer]
     int64_t n_future_ = 512, n_sink_ = 4, L_ = 0, count_ = 0;
     bool use_cov_ = true, use_vnorm_ = true;
-    std::vector<std::vector<double>> sum_, sum2_;  // [layer][n_head][d], [layer][n_head][d][d]
+    std::vector<std::vector<double>> sum_, sum2_;  // [layer][n_head][d], [layer][n_head][d][d] (upper triangle)
+    std::vector<double> cos_, sin_;                // a chunk's inverse rotations: [token][pair]
     QueryObserver obs_;
 };
 
