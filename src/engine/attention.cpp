@@ -17,6 +17,7 @@ namespace kvlab::attn {
 namespace {
 
 constexpr float k_no_max = -3.0e38f;  // running max before any row
+constexpr float k_exp_floor = -87.0f;  // expf(-87) = 1.6e-38, the smallest normal float's order
 constexpr int k_lanes = 16;           // floats per vector
 constexpr int k_block = 64;           // key rows scored per block (k_kv vectors of keys)
 constexpr int k_kv = k_block / k_lanes;
@@ -388,7 +389,11 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                         sc.m[t] = mb;
                     }
                     const float mt = sc.m[t];
-                    for (int j = 0; j < k_block; ++j) sx[j] = std::exp(sx[j] - mt);
+                    // exp's argument floored where expf stays normal: below, the vector expf
+                    // leaves its fast path for a scalar call per lane (masked lanes hold
+                    // k_no_max; they are zeroed next); a weight under 2^-125 of the row's
+                    // largest changes no sum
+                    for (int j = 0; j < k_block; ++j) sx[j] = std::exp(std::max(sx[j] - mt, k_exp_floor));
                     for (int j = 0; j < na0; ++j) sx[j] = 0.0f;
                     for (int j = nb; j < k_block; ++j) sx[j] = 0.0f;
                     sc.l[t] += sum_block(s[x]);

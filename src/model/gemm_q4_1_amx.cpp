@@ -430,6 +430,11 @@ ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
     return gemm_common::packed_product(ctx, w, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
 }
 
+void mul_mats(ggml_context * ctx, ggml_tensor * const * w, ggml_tensor ** out, int n, ggml_tensor * x) {
+    ggml_tensor * packed = gemm_common::pack_node(ctx, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
+    for (int i = 0; i < n; ++i) out[i] = gemm_common::product_node(ctx, w[i], packed, x, k_kernel);
+}
+
 }  // namespace kvlab::gemm_amx
 
 namespace kvlab {

@@ -41,6 +41,8 @@ bool applies(const ggml_tensor * w, const ggml_tensor * x);
 
 // w [K, N] Q4_1 times x F32 [K, M] -> F32 [N, M]: two custom ops (pack x, then the product).
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
+// Several weights times one x (q, k, v; gate, up): x packed once. Each w must apply.
+void mul_mats(ggml_context * ctx, ggml_tensor * const * w, ggml_tensor ** out, int n, ggml_tensor * x);
 
 // The two steps on plain memory (for the tests): pack quantizes x's M rows (row stride x_stride
 // floats) to Q8_1 and lays them out in packed_bytes(K, M) bytes; product writes dst[m *

@@ -1,5 +1,8 @@
 #include "model/graph_builders.h"
 
+#include <algorithm>
+#include <array>
+
 #include "model/gemm_q4_1.h"
 #include "model/gemm_q4_1_amx.h"
 #include "model/gemm_q8_0.h"
@@ -13,6 +16,26 @@ ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
     return ggml_mul_mat(ctx, w, x);
 }
 
+namespace {
+
+// w_i x for each weight; x packed once when kvlab's AMX kernel runs every product.
+template <size_t N>
+std::array<ggml_tensor *, N> matmuls(ggml_context * ctx, const std::array<ggml_tensor *, N> & w, ggml_tensor * x) {
+    std::array<ggml_tensor *, N> out;
+    if (std::all_of(w.begin(), w.end(), [x](const ggml_tensor * wi) { return gemm_amx::applies(wi, x); })) {
+        gemm_amx::mul_mats(ctx, w.data(), out.data(), int(N), x);
+        return out;
+    }
+    for (size_t i = 0; i < N; ++i) out[i] = matmul(ctx, w[i], x);
+    return out;
+}
+
+ggml_tensor * add_bias(ggml_context * ctx, ggml_tensor * y, ggml_tensor * b) {
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+}  // namespace
+
 ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd) {
     return ggml_get_rows(g.ctx, tok_embd, g.in.tokens);
 }
@@ -22,17 +45,17 @@ ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, flo
 }
 
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * b, ggml_tensor * x) {
-    ggml_tensor * y = matmul(ctx, w, x);
-    return b ? ggml_add(ctx, y, b) : y;
+    return add_bias(ctx, matmul(ctx, w, x), b);
 }
 
 Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float norm_eps) {
     const HParams & hp = g.hp;
     const int64_t n = g.n_tokens();
     Qkv r;
-    r.q = ggml_reshape_3d(g.ctx, linear(g.ctx, w.wq, w.bq, x), hp.head_dim, hp.n_head, n);
-    r.k = ggml_reshape_3d(g.ctx, linear(g.ctx, w.wk, w.bk, x), hp.head_dim, hp.n_head_kv, n);
-    r.v = ggml_reshape_3d(g.ctx, linear(g.ctx, w.wv, w.bv, x), hp.head_dim, hp.n_head_kv, n);
+    const auto [q, k, v] = matmuls<3>(g.ctx, {w.wq, w.wk, w.wv}, x);
+    r.q = ggml_reshape_3d(g.ctx, add_bias(g.ctx, q, w.bq), hp.head_dim, hp.n_head, n);
+    r.k = ggml_reshape_3d(g.ctx, add_bias(g.ctx, k, w.bk), hp.head_dim, hp.n_head_kv, n);
+    r.v = ggml_reshape_3d(g.ctx, add_bias(g.ctx, v, w.bv), hp.head_dim, hp.n_head_kv, n);
     if (w.q_norm) r.q = rms_norm(g.ctx, r.q, w.q_norm, norm_eps);
     if (w.k_norm) r.k = rms_norm(g.ctx, r.k, w.k_norm, norm_eps);
     return r;
@@ -53,12 +76,13 @@ ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_te
 }
 
 ggml_tensor * ffn_silu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
-    ggml_tensor * gate = ggml_silu(ctx, matmul(ctx, w.gate, x));
-    return matmul(ctx, w.down, ggml_mul(ctx, gate, matmul(ctx, w.up, x)));
+    const auto [gate, up] = matmuls<2>(ctx, {w.gate, w.up}, x);
+    return matmul(ctx, w.down, ggml_mul(ctx, ggml_silu(ctx, gate), up));
 }
 
 ggml_tensor * ffn_gelu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
-    return matmul(ctx, w.down, ggml_geglu_split(ctx, matmul(ctx, w.gate, x), matmul(ctx, w.up, x)));
+    const auto [gate, up] = matmuls<2>(ctx, {w.gate, w.up}, x);
+    return matmul(ctx, w.down, ggml_geglu_split(ctx, gate, up));
 }
 
 ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x) {

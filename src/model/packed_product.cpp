@@ -21,15 +21,22 @@ void op_product(ggml_tensor * dst, int ith, int nth, void * userdata) {
 
 }  // namespace
 
-ggml_tensor * packed_product(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, size_t packed_bytes,
-                             const PackedProduct & k) {
-    void * userdata = const_cast<PackedProduct *>(&k);
+ggml_tensor * pack_node(ggml_context * ctx, ggml_tensor * x, size_t packed_bytes, const PackedProduct & k) {
     ggml_tensor * src[1] = {x};
-    ggml_tensor * packed =
-        ggml_custom_4d(ctx, GGML_TYPE_I8, int64_t(packed_bytes), 1, 1, 1, src, 1, op_pack, GGML_N_TASKS_MAX, userdata);
+    return ggml_custom_4d(ctx, GGML_TYPE_I8, int64_t(packed_bytes), 1, 1, 1, src, 1, op_pack, GGML_N_TASKS_MAX,
+                          const_cast<PackedProduct *>(&k));
+}
+
+ggml_tensor * product_node(ggml_context * ctx, ggml_tensor * w, ggml_tensor * packed, ggml_tensor * x,
+                           const PackedProduct & k) {
     ggml_tensor * args[3] = {w, packed, x};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 3, op_product, GGML_N_TASKS_MAX,
-                          userdata);
+                          const_cast<PackedProduct *>(&k));
+}
+
+ggml_tensor * packed_product(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, size_t packed_bytes,
+                             const PackedProduct & k) {
+    return product_node(ctx, w, pack_node(ctx, x, packed_bytes, k), x, k);
 }
 
 bool plain_operands(const ggml_tensor * w, const ggml_tensor * x, int64_t k_block) {

@@ -29,6 +29,10 @@ void product_of(const ggml_tensor * w, const uint8_t * packed, int64_t M, float 
 // w [K, N] times x F32 [K, M] -> F32 [N, M], through k (a static object: the graph keeps its address).
 ggml_tensor * packed_product(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, size_t packed_bytes,
                              const PackedProduct & k);
+// The two nodes apart, for several weights times one x: pack_node once, product_node for each.
+ggml_tensor * pack_node(ggml_context * ctx, ggml_tensor * x, size_t packed_bytes, const PackedProduct & k);
+ggml_tensor * product_node(ggml_context * ctx, ggml_tensor * w, ggml_tensor * packed, ggml_tensor * x,
+                           const PackedProduct & k);
 
 // What every kernel needs: w 2-D of `type`-sized blocks of k_block values, in a plain host
 // buffer; x F32 2-D with contiguous rows, as long as w's.
