@@ -19,7 +19,6 @@ namespace kvlab::press {
 namespace {
 
 typedef double v8d __attribute__((vector_size(64)));  // 8 doubles: one AVX-512 register
-constexpr int k_max_vecs = 16;                        // head_dim up to 128 in registers' worth
 
 // The rotation pairs (a, b) of RoPE and their inverse frequencies (angle = pos * inv_freq)
 // of layer il (a sliding-window layer has its own base and no scaling).
@@ -109,21 +108,18 @@ public:
                         for (int64_t t = 0; t < nt; ++t) a += xs[size_t(t * d + e)];
                         sm[e] = a;
                     }
-                    if (d % 8 == 0 && d <= 8 * k_max_vecs) {
-                        for (int e = 0; e < d; ++e) {
-                            const int v0 = e / 8, nv = d / 8;
-                            v8d acc[k_max_vecs];
-                            for (int v = v0; v < nv; ++v) std::memcpy(&acc[v], s2 + e * d + 8 * v, sizeof(v8d));
-                            for (int64_t t = 0; t < nt; ++t) {
-                                const double xe = xs[size_t(t * d + e)];
-                                for (int v = v0; v < nv; ++v) {
+                    if (d % 8 == 0) {
+                        for (int e = 0; e < d; ++e)
+                            for (int v = e / 8; v < d / 8; ++v) {  // one chain per vector, in a register
+                                v8d a;
+                                std::memcpy(&a, s2 + e * d + 8 * v, sizeof(v8d));
+                                for (int64_t t = 0; t < nt; ++t) {
                                     v8d xf;
                                     std::memcpy(&xf, &xs[size_t(t * d + 8 * v)], sizeof(v8d));
-                                    acc[v] += xe * xf;
+                                    a += xs[size_t(t * d + e)] * xf;
                                 }
+                                std::memcpy(s2 + e * d + 8 * v, &a, sizeof(v8d));
                             }
-                            for (int v = v0; v < nv; ++v) std::memcpy(s2 + e * d + 8 * v, &acc[v], sizeof(v8d));
-                        }
                     } else {
                         for (int e = 0; e < d; ++e)
                             for (int f = e; f < d; ++f) {
