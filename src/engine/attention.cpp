@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #if defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -275,6 +276,53 @@ void convert(const Problem & p, float * pre, int ith, int nth) {
     }
 }
 
+namespace {
+
+// The units of thread ith of nth: a contiguous range of units (in the order tile, KV head,
+// chunk) holding about 1/nth of the work. A unit's cost is estimated from the key rows its
+// first and last query rows see in its chunk (they grow with the row, and causal units
+// of late chunks see only part of theirs), plus the fixed cost of a unit. Which thread
+// computes a unit never changes its result; balancing only removes the wait at the end
+// (units dealt in turn gave one thread every even chunk: the last prefill chunk's
+// diagonal units went all to one side).
+std::pair<int64_t, int64_t> unit_range(const Problem & p, int ith, int nth) {
+    const int32_t n_chunks = p.n_chunks();
+    const int64_t n_tiles = (p.n_q + k_tile - 1) / k_tile;
+    const int64_t n_units = n_tiles * p.n_head_kv * n_chunks;
+    if (nth == 1) return {0, n_units};
+    std::vector<double> prefix(size_t(n_units) + 1, 0.0);
+    // the key rows [lo, vis) a query at position qp sees in segment sg
+    auto seen = [&p](const Segment & sg, int32_t qp) {
+        const int64_t vis = std::upper_bound(sg.pos, sg.pos + sg.n, qp) - sg.pos;
+        const int64_t lo = p.window > 0 ? std::upper_bound(sg.pos, sg.pos + sg.n, qp - p.window) - sg.pos : 0;
+        return std::pair<int64_t, int64_t>(lo, vis);
+    };
+    constexpr double k_unit_rows = 64.0;  // a unit's fixed cost, in key rows seen by its rows
+    int64_t u = 0;
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+        const int64_t i0 = tile * k_tile, i1 = std::min<int64_t>(p.n_q, i0 + k_tile);
+        for (int32_t g = 0; g < p.n_head_kv; ++g) {
+            const auto [lo0, vis0] = seen(p.seg[g], p.q_pos[i0]);
+            const auto [lo1, vis1] = seen(p.seg[g], p.q_pos[i1 - 1]);
+            for (int32_t c = 0; c < n_chunks; ++c, ++u) {
+                const int64_t c0 = c * p.chunk_rows, c1 = c0 + p.chunk_rows;
+                auto in_chunk = [c0, c1](int64_t lo, int64_t vis) {
+                    return double(std::max<int64_t>(0, std::min(vis, c1) - std::max(lo, c0)));
+                };
+                const double rows = 0.5 * (in_chunk(lo0, vis0) + in_chunk(lo1, vis1)) * double(i1 - i0);
+                prefix[size_t(u) + 1] = prefix[size_t(u)] + rows + k_unit_rows;
+            }
+        }
+    }
+    auto boundary = [&](int t) {  // the first unit whose work starts at or after t/nth of the total
+        const double at = prefix.back() * double(t) / double(nth);
+        return int64_t(std::lower_bound(prefix.begin(), prefix.end() - 1, at) - prefix.begin());
+    };
+    return {ith == 0 ? 0 : boundary(ith), ith + 1 == nth ? n_units : boundary(ith + 1)};
+}
+
+}  // namespace
+
 int32_t Problem::n_chunks() const {
     int64_t rows = 1;
     for (const Segment & sg : seg) rows = std::max(rows, sg.n);
@@ -297,8 +345,6 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
     const int dv = (d + k_lanes - 1) / k_lanes;  // vectors per V row
     const int group = p.n_head / p.n_head_kv;
     const int32_t n_chunks = p.n_chunks();
-    const int64_t n_tiles = (p.n_q + k_tile - 1) / k_tile;
-    const int64_t n_units = n_tiles * p.n_head_kv * n_chunks;
     const int64_t chunk_stride = int64_t(p.n_q) * p.n_head * (d + 2);
     const int max_vecs = k_tile * group;
     const int64_t n_pre_blocks = pre ? n_blocks(p) : 0, pre_block = block_floats(d);
@@ -317,7 +363,8 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
     const float * qv[k_tile * k_max_group];
     int active[k_tile * k_max_group];
 
-    for (int64_t u = ith; u < n_units; u += nth) {
+    const auto [u_begin, u_end] = unit_range(p, ith, nth);
+    for (int64_t u = u_begin; u < u_end; ++u) {
         const int32_t c = int32_t(u % n_chunks);
         const int32_t g = int32_t((u / n_chunks) % p.n_head_kv);
         const int64_t i0 = (u / (int64_t(n_chunks) * p.n_head_kv)) * k_tile;
