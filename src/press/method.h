@@ -94,7 +94,9 @@ std::vector<ParamSpec> wrapper_specs(const std::vector<ParamSpec> & own, const P
 std::vector<float> keys(const KvStore & cache, int il, int h);
 std::vector<float> values(const KvStore & cache, int il, int h);
 
-// Runs f(i) for i in [0, n) on up to n_threads threads.
+// Runs f(i) for i in [0, n) on up to n_threads threads (the caller's among them), each taking
+// the next i in turn; f(i) must depend on nothing another index writes. An exception from f
+// is rethrown once every thread has stopped.
 void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> & f);
 
 }  // namespace kvlab::press

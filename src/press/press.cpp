@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -293,16 +294,21 @@ void parallel_for(int64_t n, int n_threads, const std::function<void(int64_t)> &
         for (int64_t i = 0; i < n; ++i) f(i);
         return;
     }
-    std::vector<std::thread> pool;
+    // the calling thread and nth - 1 others take the next index until none is left: a
+    // thread slowed by costlier indices (or by another process) takes fewer
+    std::atomic<int64_t> next{0};
     std::vector<std::exception_ptr> errors(nth);
-    for (int t = 0; t < nth; ++t)
-        pool.emplace_back([&, t] {
-            try {
-                for (int64_t i = t; i < n; i += nth) f(i);
-            } catch (...) {
-                errors[t] = std::current_exception();
-            }
-        });
+    auto work = [&](int t) {
+        try {
+            for (int64_t i = next++; i < n; i = next++) f(i);
+        } catch (...) {
+            errors[size_t(t)] = std::current_exception();
+            next = n;  // the others stop at their next index
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < nth; ++t) pool.emplace_back(work, t);
+    work(0);
     for (auto & th : pool) th.join();
     for (auto & e : errors)
         if (e) std::rethrow_exception(e);

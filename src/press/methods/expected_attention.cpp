@@ -70,20 +70,26 @@ public:
         sum_.assign(hp_.n_layer, std::vector<double>(size_t(hp_.n_head) * d, 0.0));
         sum2_.assign(hp_.n_layer, std::vector<double>(size_t(hp_.n_head) * d * d, 0.0));
         obs_.first = std::min(n_sink_, L - 1);
+        trig_ = {-1, 0, &rope_.front().inv_freq};
         obs_.on_queries = [this, observe_s](int il, int64_t tok0, int64_t n, const float * q) {
             const double t0 = now_seconds();
             const int d = hp_.head_dim, H = hp_.n_head;
             const Rope & rope = rope_[size_t(il)];
-            // the inverse rotation of each token (angle -pos * f), shared by the query heads
+            // the inverse rotation of each token (angle -pos * f), shared by the query heads and
+            // by the chunk's layers of the same frequencies (computed by the first of them)
             const size_t half = rope.a.size();
-            cos_.resize(size_t(n) * half);
-            sin_.resize(size_t(n) * half);
-            for (int64_t r = 0; r < n; ++r)
-                for (size_t i = 0; i < half; ++i) {
-                    const double pos = double(tok0 + r);
-                    cos_[size_t(r) * half + i] = std::cos(pos * rope.inv_freq[i]);
-                    sin_[size_t(r) * half + i] = -std::sin(pos * rope.inv_freq[i]);
-                }
+            if (trig_.inv_freq != &rope.inv_freq && *trig_.inv_freq != rope.inv_freq) trig_.tok0 = -1;
+            if (trig_.tok0 != tok0 || trig_.n != n) {
+                cos_.resize(size_t(n) * half);
+                sin_.resize(size_t(n) * half);
+                for (int64_t r = 0; r < n; ++r)
+                    for (size_t i = 0; i < half; ++i) {
+                        const double pos = double(tok0 + r);
+                        cos_[size_t(r) * half + i] = std::cos(pos * rope.inv_freq[i]);
+                        sin_[size_t(r) * half + i] = -std::sin(pos * rope.inv_freq[i]);
+                    }
+                trig_ = {tok0, n, &rope.inv_freq};
+            }
             parallel_for(H, n_threads_, [&](int64_t qh) {
                 constexpr int64_t k_tokens = 8;  // tokens added per pass over the sums
                 std::vector<double> xs(size_t(k_tokens) * d), c(half), s(half);
@@ -195,6 +201,10 @@ private:
     bool use_cov_ = true, use_vnorm_ = true;
     std::vector<std::vector<double>> sum_, sum2_;  // [layer][n_head][d], [layer][n_head][d][d] (upper triangle)
     std::vector<double> cos_, sin_;                // a chunk's inverse rotations: [token][pair]
+    struct {  // the tokens and frequencies cos_ and sin_ hold
+        int64_t tok0, n;
+        const std::vector<double> * inv_freq;
+    } trig_{-1, 0, nullptr};
     QueryObserver obs_;
 };
 
