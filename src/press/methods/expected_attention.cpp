@@ -201,7 +201,8 @@ private:
     bool use_cov_ = true, use_vnorm_ = true;
     std::vector<std::vector<double>> sum_, sum2_;  // [layer][n_head][d], [layer][n_head][d][d] (upper triangle)
     std::vector<double> cos_, sin_;                // a chunk's inverse rotations: [token][pair]
-    struct {  // the tokens and frequencies cos_ and sin_ hold
+    // the tokens and frequencies cos_ and sin_ hold
+    struct {
         int64_t tok0, n;
         const std::vector<double> * inv_freq;
     } trig_{-1, 0, nullptr};
