@@ -9,13 +9,16 @@
 #include "model/arch.h"
 #include "model/gguf_meta.h"
 
+// k_git_commit, written at build time (cmake/git_commit.cmake)
+#include "git_commit.inc"
+
 namespace kvlab {
 
 std::string kvlab_version() {
     return KVLAB_VERSION;
 }
 std::string kvlab_git_commit() {
-    return KVLAB_GIT_COMMIT;
+    return k_git_commit;
 }
 
 nlohmann::json hparams_json(const Model & model) {
