@@ -5,8 +5,9 @@
 # ($KVLAB_CACHE/kvpress-venv, default ~/.cache/kvlab/kvpress-venv).
 #   scripts/bench-kvpress.sh [MODEL] [--tokens N] [--ratio R] [--reps N] [--threads "1 2"] [--methods a,b] [--out FILE]
 # Prints a table per thread count and writes the JSON (both tools' outputs, provenance, ratios).
-# kvlab's figure per method = its prefill (the model's part) + that method's compression (its
-# scoring during the prefill included); kvpress's = the base model's forward with the press.
+# kvlab's figure per method = its own prefill (the model's part; bench-methods --prefill-per-method:
+# observed by that method alone) + its compression (its scoring during the prefill included), and
+# for none a prefill observed by no method; kvpress's = the base model's forward with the press.
 # The two tools run one after the other for each thread count; never run it beside other work.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +34,7 @@ prepare_context "$root" "$model" "$tokens" "$work"
 for t in $threads; do
   echo "[bench-kvpress] $t thread(s): kvlab" >&2
   "$kvlab" bench-methods "$gguf" --tokens "$work/ids.json" --context "$tokens" --ratio "$ratio" --methods "$methods" \
-    --reps "$reps" -t "$t" --json > "$work/kvlab-$t.json"
+    --prefill-per-method --reps "$reps" -t "$t" --json > "$work/kvlab-$t.json"
   echo "[bench-kvpress] $t thread(s): kvpress" >&2
   "$python" "$root/scripts/kvpress/bench.py" --gguf "$gguf" --ids "$work/ids.json" --methods "none,$methods" \
     --ratio "$ratio" --threads "$t" --reps "$reps" --out "$work/kvpress-$t.json" > /dev/null
@@ -48,7 +49,7 @@ for t in threads:
     ps = {r["method"]: r["prefill_compress_s"] for r in p["results"]}
     rows = [{"method": "none", "kvlab_s": k["prefill_s"], "kvpress_s": ps["none"]}]
     for r in k["results"]:
-        rows.append({"method": r["method"], "kvlab_s": k["prefill_s"] + r["compression_s"], "kvpress_s": ps[r["method"]]})
+        rows.append({"method": r["method"], "kvlab_s": r.get("prefill_s", k["prefill_s"]) + r["compression_s"], "kvpress_s": ps[r["method"]]})
     for r in rows:
         r["kvpress_over_kvlab"] = r["kvpress_s"] / r["kvlab_s"]
     print(f"\n{t} thread(s), {k['params']['context']} tokens, ratio {k['params']['ratio']}, "

@@ -1,7 +1,9 @@
 // kvlab bench-methods MODEL: every compression method on one long context: compression
 // time as a fraction of the prefill, and decode speed from the compressed cache against
 // the full cache; medians of repetitions. One prefill per repetition serves every method
-// (their observers run side by side; each method's scoring time is its own).
+// (their observers run side by side; each method's scoring time is its own), or, with
+// --prefill-per-method, each method prefills the context on its own, observed by it alone,
+// after a prefill observed by none (the figures of one (context, method) run as a user runs it).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -23,7 +25,7 @@ struct BenchMethodsArgs {
     std::vector<std::string> methods = {"all"}, params;
     int context = 4096, reps = 3, n_decode = 32, threads = 0, chunk = 512;
     double ratio = 0.875;
-    bool json = false;
+    bool json = false, prefill_per_method = false;
 };
 
 // The context: the first `context` tokens of the file, or real token ids drawn from the
@@ -60,6 +62,7 @@ struct Measurements {
     std::vector<double> prefill_s, full_decode;
     struct PerMethod {
         std::vector<double> comp_s, frac, dec, speedup;
+        std::vector<double> prefill_s;  // --prefill-per-method: the model's part of its own prefill
         nlohmann::json last;  // bytes, rows and times of the last repetition
     };
     std::vector<PerMethod> methods;
@@ -100,33 +103,39 @@ Measurements measure(const BenchMethodsArgs & a, Engine & engine, const Tokenize
     go.stop_on_eog = false;
     Measurements m;
     m.methods.resize(methods.size());
+    // method i's compression of session s's context (its index there: at), after a prefill of model_s
+    auto record = [&](int rep, size_t i, ContextSession & s, size_t at, double model_s) {
+        if (!a.json) std::fprintf(stderr, "\r[bench] repetition %d/%d: %-20s", rep + 1, a.reps, methods[i].name.c_str());
+        const PreparedCache p = s.compress(at, budget);
+        if (rep == 0 && !a.dump_plans.empty())
+            dump_plan(a.dump_plans, methods[i], p.cache, int64_t(toks.size()), s.press(at).last_scores());
+        const CompressStats & st = p.stats;
+        Measurements::PerMethod & pm = m.methods[i];
+        pm.comp_s.push_back(st.seconds());
+        pm.frac.push_back(st.seconds() / model_s);
+        pm.dec.push_back(s.answer(p.cache, {toks[0]}, go).decode_tokens_per_second());
+        pm.speedup.push_back(pm.dec.back() / m.full_decode.back());
+        pm.last = {{"bytes_before", st.bytes_before}, {"bytes_after", st.bytes_after}, {"rows_before", st.rows_before},
+                   {"rows_after", st.rows_after},     {"observe_s", st.observe_s},     {"plan_s", st.plan_s},
+                   {"apply_s", st.apply_s}};
+    };
     for (int rep = 0; rep < a.reps; ++rep) {
-        ContextSession s(engine, methods, so);
         if (!a.json)
             std::fprintf(stderr, "[bench] repetition %d/%d: prefill %d tokens ...\n", rep + 1, a.reps, a.context);
+        ContextSession s(engine, a.prefill_per_method ? std::vector<MethodRequest>{} : methods, so);
         s.prefill(toks);
         const double model_s = s.prefill_stats().seconds;
         m.prefill_s.push_back(model_s);
         m.full_decode.push_back(s.answer(s.full().cache, {toks[0]}, go).decode_tokens_per_second());
         for (size_t i = 0; i < methods.size(); ++i) {
-            if (!a.json)
-                std::fprintf(stderr, "\r[bench] repetition %d/%d: %-20s", rep + 1, a.reps, methods[i].name.c_str());
-            const PreparedCache p = s.compress(i, budget);
-            if (rep == 0 && !a.dump_plans.empty())
-                dump_plan(a.dump_plans, methods[i], p.cache, int64_t(toks.size()), s.press(i).last_scores());
-            const CompressStats & st = p.stats;
-            Measurements::PerMethod & pm = m.methods[i];
-            pm.comp_s.push_back(st.seconds());
-            pm.frac.push_back(st.seconds() / model_s);
-            pm.dec.push_back(s.answer(p.cache, {toks[0]}, go).decode_tokens_per_second());
-            pm.speedup.push_back(pm.dec.back() / m.full_decode.back());
-            pm.last = {{"bytes_before", st.bytes_before},
-                       {"bytes_after", st.bytes_after},
-                       {"rows_before", st.rows_before},
-                       {"rows_after", st.rows_after},
-                       {"observe_s", st.observe_s},
-                       {"plan_s", st.plan_s},
-                       {"apply_s", st.apply_s}};
+            if (!a.prefill_per_method) {
+                record(rep, i, s, i, model_s);
+                continue;
+            }
+            ContextSession own(engine, {methods[i]}, so);
+            own.prefill(toks);
+            m.methods[i].prefill_s.push_back(own.prefill_stats().seconds);
+            record(rep, i, own, 0, own.prefill_stats().seconds);
         }
         if (!a.json) std::fprintf(stderr, "\n");
     }
@@ -159,6 +168,10 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
                            {"compression_s_reps", pm.comp_s},
                            {"decode_tokens_per_s_reps", pm.dec},
                            {"last", pm.last}});
+        if (!pm.prefill_s.empty()) {
+            results.back()["prefill_s"] = median(pm.prefill_s);
+            results.back()["prefill_s_reps"] = pm.prefill_s;
+        }
     }
     nlohmann::json j;
     j["params"] = {{"context", a.context},
@@ -168,6 +181,7 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
                    {"chunk_size", a.chunk},
                    {"statistic", "median"},
                    {"preset", a.preset},
+                   {"prefill_per_method", a.prefill_per_method},
                    {"context_file", !a.tokens_file.empty()   ? "token ids from " + a.tokens_file
                                     : a.context_file.empty() ? std::string("random token ids (seed 1234)")
                                                              : a.context_file}};
@@ -225,6 +239,9 @@ const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
     add_preset_option(cmd, a->preset);
     cmd->add_option("--reps", a->reps, "repetitions (medians are reported)")->check(CLI::PositiveNumber);
     cmd->add_option("--decode", a->n_decode, "tokens decoded from each cache")->check(CLI::PositiveNumber);
+    cmd->add_flag("--prefill-per-method", a->prefill_per_method,
+                  "each method prefills the context itself, observed by it alone (its result's prefill_s); "
+                  "the top-level prefill_s is then a prefill observed by no method");
     add_threads_option(cmd, a->threads);
     add_chunk_option(cmd, a->chunk);
     add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
