@@ -163,7 +163,7 @@ TEST_F(RealModel, OwnKernelAgreesWithLibllamaAlongItsGreedyPath) {
     EXPECT_LE(a.kl_mean, 3.0 * k_kl_measured);
 }
 
-// kvlab's AMX products (gemm_q4_1_amx.h) with ggml's attention: every product a few float ulps
+// kvlab's AMX products (gemm_amx.h) with ggml's attention: every product a few float ulps
 // from ggml's, compounded over 30 layers of 8-bit activations as above. Measured on an "Intel(R)
 // Xeon(R) Processor" (Sapphire Rapids, 2 threads): top-1 60/64 = 0.938, mean KL 0.00357 (max 0.0156; max |dlogit|
 // 1.44); the same margins. Only CPUs with AMX-INT8 run it.

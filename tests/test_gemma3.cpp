@@ -110,8 +110,9 @@ TEST(TinyGemma3Precision, LogitsAtEveryPositionMatchLibllamaPastTheWindow) {
         std::vector<float> ours;
         e.prefill(cache, toks, nullptr, &ours);
         const auto d = test::compare_logits(ours, theirs, n_vocab);
-        std::printf("[ measure  ] tiny gemma3 f32, %zu tokens, chunk 100, attention=%s: max |dlogit| vs libllama %.3g\n",
-                    n, attention_kernel_name(kernel), d.max_abs);
+        std::printf(
+            "[ measure  ] tiny gemma3 f32, %zu tokens, chunk 100, attention=%s: max |dlogit| vs libllama %.3g\n", n,
+            attention_kernel_name(kernel), d.max_abs);
         if (kernel == AttentionKernel::ggml)
             EXPECT_EQ(d.max_abs, 0.0f) << "the same kernel over the same rows as libllama's";
         else
@@ -261,6 +262,7 @@ TEST_F(TinyGemma3, ARollbackPastFreedRowsIsRefused) {
 // kernel is bounded as the default model's (test_engine_llama.cpp: quantized activations
 // make any other attention kernel drift): it agrees on most positions' top-1.
 TEST(RealGemma3, LogitsMatchLibllamaAt512And4096Tokens) {
+    const test::ProductsScope ggml_products("ggml");  // ggml's arithmetic for its Q8_0 products
     const std::string path = resolve_model("gemma3-270m");
     setenv("KVLAB_REPACK", "0", 1);
     auto model = Model::load(path, 2);

@@ -35,7 +35,8 @@ int main(int argc, char ** argv) {
     app.fallthrough();                                // the options below also after the command's name
     app.add_option_function<std::string>(
            "--products", [](const std::string & v) { kvlab::set_products(v); },
-           "arithmetic of the Q4_1 weight products: ggml (bit-identical to ggml's mul_mat and libllama's logits), "
+           "arithmetic of the Q4_1, Q5_0 and Q8_0 weight products: ggml (bit-identical to ggml's mul_mat and "
+           "libllama's logits), "
            "amx (kvlab's block order on Intel AMX tiles, every batch size the same bits; a few float ulps from "
            "ggml's), auto (amx where the CPU and the kernel have AMX-INT8, else ggml)")
         ->default_str("auto")

@@ -4,7 +4,7 @@
 #include <array>
 
 #include "model/gemm_q4_1.h"
-#include "model/gemm_q4_1_amx.h"
+#include "model/gemm_amx.h"
 #include "model/gemm_q8_0.h"
 
 namespace kvlab::graph {

@@ -1,6 +1,6 @@
 // kvlab's weight products as ggml graph nodes: two custom ops, the activations packed once for
 // the kernel (quantized and laid out), then the product over the weight rows; both split over
-// the backend's threads. Shared by gemm_q4_1, gemm_q8_0 and gemm_q4_1_amx.
+// the backend's threads. Shared by gemm_q4_1, gemm_q8_0 and gemm_amx.
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
-// kvlab's own Q4_1 arithmetic (gemm_q4_1_amx.h): AMX tiles for batches, AVX-512 VNNI below.
-// Against a plain reference in double over the same quantized values (the error within the
-// bound of 2 * nb float steps), against ggml's mul_mat (within the sum of both orders' bounds), and against itself:
-// every output has the same bits whatever the batch it is part of (tiles or single rows), the padding and the thread
-// count.
+// kvlab's own arithmetic for Q4_1, Q5_0 and Q8_0 products (gemm_amx.h): AMX tiles for batches,
+// AVX-512 VNNI below. For each type against a plain reference in double over the same quantized
+// values (the error within the bound of its float steps), against ggml's mul_mat (within the sum
+// of both orders' bounds), and against itself: every output has the same bits whatever the batch
+// it is part of (tiles or single rows), the padding and the thread count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ggml-alloc.h"
@@ -17,28 +18,29 @@
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"
 #include "kvlab/error.h"
-#include "model/gemm_q4_1_amx.h"
+#include "model/gemm_amx.h"
 
 namespace kvlab {
 namespace {
 
 struct Problem {
+    ggml_type type;
     int64_t K, N, M;
-    std::vector<uint8_t> w;  // Q4_1 [N][K]
+    std::vector<uint8_t> w;  // [N][K] of type
     std::vector<float> x;    // [M][K]
-    size_t row_bytes() const { return ggml_row_size(GGML_TYPE_Q4_1, K); }
+    size_t row_bytes() const { return ggml_row_size(type, K); }
 };
 
-Problem make(int64_t K, int64_t N, int64_t M, unsigned seed) {
+Problem make(ggml_type type, int64_t K, int64_t N, int64_t M, unsigned seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    Problem p{K, N, M, {}, {}};
+    Problem p{type, K, N, M, {}, {}};
     std::vector<float> wf(size_t(K * N));
     for (float & v : wf) v = nd(rng) * 0.05f + 0.01f;
     p.x.resize(size_t(K * M));
     for (size_t i = 0; i < p.x.size(); ++i) p.x[i] = nd(rng) * (i % 97 == 0 ? 8.0f : 1.0f);  // some outliers
     p.w.resize(p.row_bytes() * size_t(N));
-    ggml_quantize_chunk(GGML_TYPE_Q4_1, wf.data(), p.w.data(), 0, N, K, nullptr);
+    ggml_quantize_chunk(type, wf.data(), p.w.data(), 0, N, K, nullptr);
     return p;
 }
 
@@ -48,7 +50,7 @@ std::vector<float> kvlab_product(const Problem & p, int64_t m0, int64_t M, int n
     for (int ith = 0; ith < nth; ++ith) gemm_amx::pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth);
     std::vector<float> out(size_t(p.N * M), NAN);
     for (int ith = 0; ith < nth; ++ith)
-        gemm_amx::product(p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth);
+        gemm_amx::product(p.type, p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth);
     return out;
 }
 
@@ -58,11 +60,41 @@ float f16(const uint8_t * b) {
     return ggml_fp16_to_fp32(h);
 }
 
-// The exact value of each output over the quantized weights and Q8_1 activations, and sum |terms|
-// (the 2 nb products d_w d_y sum and m_w s_y). A float evaluation in S rounded steps, each term
-// rounded once before it is added, is off by at most (S + 2) u sum |terms|, u = 2^-24: kvlab's
-// chain has S = 2 nb; ggml's 8 lane chains of nb steps, its 3 additions across lanes, the minima's
-// chain of nb steps and the final addition S = 2 nb + 4.
+// Block ib of a weight row: its 32 integer values, scale and (Q4_1) minimum, by ggml's layouts.
+struct WeightBlock {
+    int32_t v[32];
+    float d, m;
+};
+
+WeightBlock weight_block(ggml_type type, const uint8_t * row, int64_t ib) {
+    WeightBlock w{};
+    if (type == GGML_TYPE_Q4_1) {  // f16 d, f16 m, nibbles: value j low nibble of byte j, j + 16 high
+        const uint8_t * b = row + ib * 20;
+        w.d = f16(b), w.m = f16(b + 2);
+        for (int j = 0; j < 16; ++j) w.v[j] = b[4 + j] & 0x0F, w.v[j + 16] = b[4 + j] >> 4;
+    } else if (type == GGML_TYPE_Q5_0) {  // f16 d, 32 high bits, nibbles; value - 16
+        const uint8_t * b = row + ib * 22;
+        uint32_t h;
+        std::memcpy(&h, b + 2, 4);
+        w.d = f16(b);
+        for (int j = 0; j < 16; ++j) {
+            w.v[j] = int32_t((b[6 + j] & 0x0F) | ((h >> j) & 1) << 4) - 16;
+            w.v[j + 16] = int32_t((b[6 + j] >> 4) | ((h >> (j + 16)) & 1) << 4) - 16;
+        }
+    } else {  // Q8_0: f16 d, 32 int8
+        const uint8_t * b = row + ib * 34;
+        w.d = f16(b);
+        for (int j = 0; j < 32; ++j) w.v[j] = int8_t(b[2 + j]);
+    }
+    return w;
+}
+
+// The exact value of each output over the quantized weights and activations (ggml's vec_dot_type
+// of the weight type: Q8_1 for Q4_1, Q8_0 for the others), and sum |terms| (the products d_w d_y
+// sum, and for Q4_1 m_w s_y). A float evaluation in S rounded steps, each term rounded once
+// before it is added, is off by at most (S + 2) u sum |terms|, u = 2^-24: kvlab's chain has
+// S <= 2 nb; ggml's 8 lane chains of nb steps (lane l: values 4l..4l+3), its 3 additions across
+// lanes, the minima's chain of nb steps and the final addition S <= 2 nb + 4.
 struct Reference {
     std::vector<double> value, mag, mag_lanes;  // mag_lanes: ggml's terms, per lane of 4 products
     int64_t nb;
@@ -72,26 +104,27 @@ struct Reference {
 
 Reference reference(const Problem & p) {
     const int64_t nb = p.K / 32;
-    const ggml_from_float_t q8_1 = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
-    std::vector<uint8_t> y(size_t(nb) * 36);
+    const ggml_type yt = ggml_get_type_traits_cpu(p.type)->vec_dot_type;
+    const ggml_from_float_t quantize = ggml_get_type_traits_cpu(yt)->from_float;
+    const size_t y_block = ggml_type_size(yt), y_qs = yt == GGML_TYPE_Q8_1 ? 4 : 2;
+    std::vector<uint8_t> y(size_t(nb) * y_block);
     const size_t n_out = size_t(p.N * p.M);
     Reference r{std::vector<double>(n_out), std::vector<double>(n_out), std::vector<double>(n_out), nb};
     for (int64_t m = 0; m < p.M; ++m) {
-        q8_1(p.x.data() + m * p.K, y.data(), p.K);
+        quantize(p.x.data() + m * p.K, y.data(), p.K);
         for (int64_t n = 0; n < p.N; ++n) {
             double v = 0.0, mag = 0.0, mag_lanes = 0.0;
             for (int64_t ib = 0; ib < nb; ++ib) {
-                const uint8_t * wb = p.w.data() + size_t(n) * p.row_bytes() + ib * 20;
-                const uint8_t * yb = y.data() + ib * 36;
+                const WeightBlock wb = weight_block(p.type, p.w.data() + size_t(n) * p.row_bytes(), ib);
+                const uint8_t * yb = y.data() + ib * y_block;
                 int32_t sum = 0, lanes = 0;  // lanes: sum of |each 4 values' sum|
                 for (int l = 0; l < 8; ++l) {
                     int32_t lane = 0;
-                    for (int j = 4 * l % 16; j < 4 * l % 16 + 4; ++j)
-                        lane += (l < 4 ? wb[4 + j] & 0x0F : wb[4 + j] >> 4) * int8_t(yb[4 + (l < 4 ? 0 : 16) + j]);
+                    for (int j = 4 * l; j < 4 * l + 4; ++j) lane += wb.v[j] * int8_t(yb[y_qs + j]);
                     sum += lane;
                     lanes += std::abs(lane);
                 }
-                const double dd = double(f16(wb)) * f16(yb), t2 = double(f16(wb + 2)) * f16(yb + 2);
+                const double dd = double(wb.d) * f16(yb), t2 = yt == GGML_TYPE_Q8_1 ? double(wb.m) * f16(yb + 2) : 0.0;
                 v += dd * sum + t2;
                 mag += std::fabs(dd * sum) + std::fabs(t2);
                 mag_lanes += std::fabs(dd) * lanes + std::fabs(t2);
@@ -106,7 +139,7 @@ Reference reference(const Problem & p) {
 
 std::vector<float> ggml_product(const Problem & p) {
     ggml_context_ptr ctx(ggml_init({8 * ggml_tensor_overhead(), nullptr, true}));
-    ggml_tensor * w = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_Q4_1, p.K, p.N);
+    ggml_tensor * w = ggml_new_tensor_2d(ctx.get(), p.type, p.K, p.N);
     ggml_tensor * x = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, p.K, p.M);
     ggml_backend_ptr be(ggml_backend_cpu_init());
     ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx.get(), be.get()));
@@ -124,7 +157,7 @@ std::vector<float> ggml_product(const Problem & p) {
     return out;
 }
 
-class GemmAmx : public ::testing::Test {
+class GemmAmx : public ::testing::TestWithParam<ggml_type> {
 protected:
     void SetUp() override {
         if (!gemm_amx::available())
@@ -136,10 +169,10 @@ protected:
 const std::vector<std::array<int64_t, 3>> k_shapes = {{32, 16, 16},     {64, 13, 17}, {576, 192, 37}, {576, 1536, 64},
                                                       {1536, 576, 100}, {96, 35, 1},  {576, 40, 5}};
 
-TEST_F(GemmAmx, WithinTheRoundingBoundOfTheExactValue) {
+TEST_P(GemmAmx, WithinTheRoundingBoundOfTheExactValue) {
     double worst = 0.0;
     for (const auto & [K, N, M] : k_shapes) {
-        const Problem p = make(K, N, M, unsigned(K + N + M));
+        const Problem p = make(GetParam(), K, N, M, unsigned(K + N + M));
         const Reference ref = reference(p);
         const std::vector<float> got = kvlab_product(p, 0, M, 2);
         for (size_t i = 0; i < got.size(); ++i) {
@@ -148,12 +181,12 @@ TEST_F(GemmAmx, WithinTheRoundingBoundOfTheExactValue) {
             worst = std::max(worst, err / ref.kvlab_bound(i));
         }
     }
-    std::printf("[ measure  ] largest error / bound: %.3g\n", worst);
+    std::printf("[ measure  ] %s: largest error / bound: %.3g\n", ggml_type_name(GetParam()), worst);
 }
 
-TEST_F(GemmAmx, CloseToGgmlMulMat) {
+TEST_P(GemmAmx, CloseToGgmlMulMat) {
     for (const auto & [K, N, M] : k_shapes) {
-        const Problem p = make(K, N, M, unsigned(3 * K + N));
+        const Problem p = make(GetParam(), K, N, M, unsigned(3 * K + N));
         const Reference ref = reference(p);
         const std::vector<float> got = kvlab_product(p, 0, M, 1), g = ggml_product(p);
         size_t same = 0;
@@ -162,15 +195,15 @@ TEST_F(GemmAmx, CloseToGgmlMulMat) {
                 << "K " << K << " N " << N << " M " << M;
             same += got[i] == g[i];
         }
-        std::printf("[ measure  ] K %ld N %ld M %ld: %zu of %zu outputs equal to ggml's\n", long(K), long(N), long(M),
-                    same, got.size());
+        std::printf("[ measure  ] %s K %ld N %ld M %ld: %zu of %zu outputs equal to ggml's\n",
+                    ggml_type_name(GetParam()), long(K), long(N), long(M), same, got.size());
     }
 }
 
 // The same output bits from a 100-row batch (AMX tiles, padded to 112), from its rows one at a
 // time and in 5-row batches (VNNI), from 16-row batches, at 1 to 3 threads.
-TEST_F(GemmAmx, SameBitsWhateverTheBatch) {
-    const Problem p = make(576, 200, 100, 11);
+TEST_P(GemmAmx, SameBitsWhateverTheBatch) {
+    const Problem p = make(GetParam(), 576, 200, 100, 11);
     const std::vector<float> whole = kvlab_product(p, 0, p.M, 1);
     const auto expect_rows = [&](const std::vector<float> & part, int64_t m0, int64_t M, const char * what) {
         EXPECT_EQ(std::memcmp(part.data(), whole.data() + m0 * p.N, part.size() * sizeof(float)), 0)
@@ -182,30 +215,46 @@ TEST_F(GemmAmx, SameBitsWhateverTheBatch) {
     for (int64_t m = 0; m + 16 <= p.M; m += 16) expect_rows(kvlab_product(p, m, 16, 2), m, 16, "16-row batch");
 }
 
+INSTANTIATE_TEST_SUITE_P(, GemmAmx, ::testing::Values(GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0),
+                         [](const ::testing::TestParamInfo<ggml_type> & i) {
+                             return std::string(ggml_type_name(i.param));
+                         });
+
 // The packed activations are ggml's Q8_1 blocks (quantize_row_q8_1) value for value: the int8
-// values, the scale and the sum as their f16 bits converted; padded rows zero. With blocks of
-// zeros, of halves that round to even, and outliers.
-TEST_F(GemmAmx, PackHoldsGgmlsQ8_1Blocks) {
+// values, the scale and the sum as their f16 bits converted, and the exact sum of the values;
+// the values and scale also those of ggml's Q8_0 blocks (quantize_row_q8_0, what Q5_0 and Q8_0
+// weights meet); padded rows zero. With blocks of zeros, of halves that round to even, and outliers.
+TEST(GemmAmxPack, HoldsGgmlsQ8_1AndQ8_0Blocks) {
+    if (!gemm_amx::available()) GTEST_SKIP() << "no AMX-INT8 tiles on this CPU (or not granted by the kernel)";
     const int64_t K = 576, M = 37, nb = K / 32, Mp = 48;
-    Problem p = make(K, 16, M, 5);
+    Problem p = make(GGML_TYPE_Q4_1, K, 16, M, 5);
     std::fill(p.x.begin() + 64, p.x.begin() + 96, 0.0f);  // row 0, block 2: zeros
     for (int j = 0; j < 32; ++j) p.x[size_t(K + j)] = (j - 16) * 0.5f + (j == 5 ? 63.5f : 0.0f);
-    ASSERT_EQ(gemm_amx::packed_bytes(K, M), size_t(Mp * K + 2 * nb * Mp * 4));
+    ASSERT_EQ(gemm_amx::packed_bytes(K, M), size_t(Mp * K + 3 * nb * Mp * 4));
     std::vector<uint8_t> packed(gemm_amx::packed_bytes(K, M), 0xAB);
     for (int ith = 0; ith < 2; ++ith) gemm_amx::pack(p.x.data(), K, M, K, packed.data(), ith, 2);
     const int8_t * qs = reinterpret_cast<const int8_t *>(packed.data());
     const float * d = reinterpret_cast<const float *>(packed.data() + Mp * K);
     const float * s = d + nb * Mp;
+    const int32_t * q = reinterpret_cast<const int32_t *>(s + nb * Mp);
     const ggml_from_float_t q8_1 = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
-    std::vector<uint8_t> y(size_t(nb) * 36);
+    const ggml_from_float_t q8_0 = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
+    std::vector<uint8_t> y(size_t(nb) * 36), y0(size_t(nb) * 34);
     for (int64_t m = 0; m < Mp; ++m) {
-        if (m < M) q8_1(p.x.data() + m * K, y.data(), K);
+        if (m < M) q8_1(p.x.data() + m * K, y.data(), K), q8_0(p.x.data() + m * K, y0.data(), K);
         for (int64_t ib = 0; ib < nb; ++ib) {
             const uint8_t * b = y.data() + ib * 36;
-            for (int j = 0; j < 32; ++j)
+            const uint8_t * b0 = y0.data() + ib * 34;
+            int32_t sum = 0;
+            for (int j = 0; j < 32; ++j) {
                 ASSERT_EQ(qs[m * K + ib * 32 + j], m < M ? int8_t(b[4 + j]) : 0) << "row " << m << " block " << ib;
+                if (m < M) ASSERT_EQ(b0[2 + j], b[4 + j]) << "Q8_0 and Q8_1 values, row " << m << " block " << ib;
+                sum += qs[m * K + ib * 32 + j];
+            }
             ASSERT_EQ(d[ib * Mp + m], m < M ? f16(b) : 0.0f) << "row " << m << " block " << ib;
+            if (m < M) ASSERT_EQ(f16(b0), f16(b)) << "Q8_0 and Q8_1 scales, row " << m << " block " << ib;
             ASSERT_EQ(s[ib * Mp + m], m < M ? f16(b + 2) : 0.0f) << "row " << m << " block " << ib;
+            ASSERT_EQ(q[ib * Mp + m], sum) << "row " << m << " block " << ib;
         }
     }
 }

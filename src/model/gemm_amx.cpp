@@ -1,4 +1,4 @@
-#include "model/gemm_q4_1_amx.h"
+#include "model/gemm_amx.h"
 
 // GCC 12 reads the self-initialized value of _mm512_undefined_*() inside the intrinsics as
 // "maybe uninitialized" once they are inlined here: a false positive.
@@ -17,7 +17,8 @@
 #include "model/packed_product.h"
 #include "model/vnni.h"
 
-#if defined(KVLAB_VNNI) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
+#if defined(KVLAB_VNNI) && defined(__AVX512BITALG__) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && \
+    defined(__linux__)
 #define KVLAB_AMX 1
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,10 +28,9 @@ namespace kvlab::gemm_amx {
 
 namespace {
 
-constexpr int64_t k_qk = 32;      // values per block (QK4_1 = QK8_1)
-constexpr size_t k_w_block = 20;  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles
-constexpr int k_panel = 16;       // weight rows per panel: one AMX tile's columns, one zmm's lanes
-constexpr int k_rows = 16;        // activation rows per AMX tile
+constexpr int64_t k_qk = 32;  // values per block (QK4_1 = QK5_0 = QK8_0 = QK8_1)
+constexpr int k_panel = 16;   // weight rows per panel: one AMX tile's columns, one zmm's lanes
+constexpr int k_rows = 16;    // activation rows per AMX tile
 
 int64_t padded_rows(int64_t M) {
     return M < k_min_batch ? M : (M + k_rows - 1) / k_rows * k_rows;
@@ -38,24 +38,31 @@ int64_t padded_rows(int64_t M) {
 
 // The packed activations, M rows padded to Mp (padded_rows), nb blocks each:
 //   qs: [Mp][K] int8, a row's blocks' values end to end (an AMX tile reads 16 rows x 32 bytes)
-//   d, s: [nb][Mp] float: the blocks' f16 scale and sum, converted; 0 in padded rows
+//   d, s: [nb][Mp] float: the blocks' f16 scale and (Q8_1) f16 sum, converted; 0 in padded rows
+//   q: [nb][Mp] int32: the exact sum of the block's 32 int8 values
 struct Packed {
     const int8_t * qs;
     const float * d;
     const float * s;
+    const int32_t * q;
     Packed(const uint8_t * p, int64_t K, int64_t Mp)
         : qs(reinterpret_cast<const int8_t *>(p)),
           d(reinterpret_cast<const float *>(p + Mp * K)),
-          s(d + K / k_qk * Mp) {}
+          s(d + K / k_qk * Mp),
+          q(reinterpret_cast<const int32_t *>(s + K / k_qk * Mp)) {}
 };
 
 std::atomic<int> g_mode{-1};  // -1: not chosen yet (auto)
 
 }  // namespace
 
+bool supports(ggml_type type) {
+    return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q8_0;
+}
+
 size_t packed_bytes(int64_t K, int64_t M) {
     const int64_t Mp = padded_rows(M);
-    return size_t(Mp * K + 2 * (K / k_qk) * Mp * int64_t(sizeof(float)));
+    return size_t(Mp * K + 3 * (K / k_qk) * Mp * int64_t(sizeof(float)));
 }
 
 #ifdef KVLAB_AMX
@@ -65,8 +72,9 @@ namespace {
 // ggml's quantize_row_q8_1 (ggml-cpu/arch/x86/quants.c) for one block, written where this
 // kernel reads it: the same operations on every value (max |x| exact in any order, d = max / 127
 // and id = 127 / max in float, x * id rounded to nearest even, d and d * sum(q) rounded to f16),
-// so the same bytes, 16 values per instruction instead of 8.
-inline void quantize_block(const float * x, int8_t * q, float * d, float * s) {
+// so the same bytes, 16 values per instruction instead of 8. quantize_row_q8_0 takes the same
+// steps for the values and d; *q is sum(q), exact.
+inline void quantize_block(const float * x, int8_t * qs, float * d, float * s, int32_t * q) {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
     const float max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     const float dv = max / 127.f;
@@ -74,137 +82,37 @@ inline void quantize_block(const float * x, int8_t * q, float * d, float * s) {
     const __m512 mul = _mm512_set1_ps(id);
     const __m512i i0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, mul), _MM_FROUND_TO_NEAREST_INT));
     const __m512i i1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, mul), _MM_FROUND_TO_NEAREST_INT));
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm512_cvtsepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm512_cvtsepi32_epi8(i1));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(qs), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(qs + 16), _mm512_cvtsepi32_epi8(i1));
     const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
     *d = _cvtsh_ss(_cvtss_sh(dv, _MM_FROUND_TO_NEAREST_INT));
     *s = _cvtsh_ss(_cvtss_sh(dv * float(sum), _MM_FROUND_TO_NEAREST_INT));
+    *q = sum;
 }
 
 }  // namespace
 
-// Rows in contiguous ranges per thread (the d and s arrays are [block][row]: interleaved rows
+// Rows in contiguous ranges per thread (the d, s and q arrays are [block][row]: interleaved rows
 // would share their cache lines between threads).
 void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
     const int64_t nb = K / k_qk, Mp = padded_rows(M);
     int8_t * qs = reinterpret_cast<int8_t *>(packed);
     float * d = reinterpret_cast<float *>(packed + Mp * K);
     float * s = d + nb * Mp;
+    int32_t * q = reinterpret_cast<int32_t *>(s + nb * Mp);
     for (int64_t m = Mp * ith / nth; m < Mp * (ith + 1) / nth; ++m) {
         if (m >= M) {
             std::memset(qs + m * K, 0, size_t(K));
-            for (int64_t ib = 0; ib < nb; ++ib) d[ib * Mp + m] = s[ib * Mp + m] = 0.0f;
+            for (int64_t ib = 0; ib < nb; ++ib) d[ib * Mp + m] = s[ib * Mp + m] = 0.0f, q[ib * Mp + m] = 0;
             continue;
         }
         for (int64_t ib = 0; ib < nb; ++ib)
-            quantize_block(x + m * x_stride + ib * k_qk, qs + m * K + ib * k_qk, &d[ib * Mp + m], &s[ib * Mp + m]);
+            quantize_block(x + m * x_stride + ib * k_qk, qs + m * K + ib * k_qk, &d[ib * Mp + m], &s[ib * Mp + m],
+                           &q[ib * Mp + m]);
     }
 }
 
 namespace {
-
-// One block of 16 weight rows (rows past R are zero) in the layout of an AMX B tile: 8 vectors,
-// vector G holding values 4G..4G+3 of weight rows 0..15 as u8 (lane n: row n), which is also
-// what VNNI multiplies by an activation's 4 values broadcast; and the 16 rows' scales and minima.
-struct Block {
-    __m512i q[8];
-    __m512 d, m;
-};
-
-inline void load_block(const uint8_t * w, size_t w_row_bytes, int R, int64_t ib, Block & out) {
-    // dword g of 4 rows' 16 nibble bytes (one row per 128-bit lane) -> lane g: dword g of the 4 rows
-    const __m512i tr = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    alignas(64) uint32_t dm[16];  // the rows' f16 (d, m) pairs
-    __m512i z[4];
-    for (int j = 0; j < 4; ++j) {
-        __m128i lane[4];
-        for (int r = 0; r < 4; ++r) {
-            const int n = 4 * j + r;
-            if (n < R) {
-                const uint8_t * b = w + size_t(n) * w_row_bytes + ib * k_w_block;
-                vnni::prefetch_ahead(b);
-                lane[r] = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4));
-                std::memcpy(&dm[n], b, 4);
-            } else {
-                lane[r] = _mm_setzero_si128();
-                dm[n] = 0;
-            }
-        }
-        const __m512i v = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_zextsi128_si512(lane[0]), lane[1], 1), lane[2], 2), lane[3],
-            3);
-        z[j] = _mm512_permutexvar_epi32(tr, v);
-    }
-    const __m512i lo01 = _mm512_shuffle_i32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i lo23 = _mm512_shuffle_i32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i hi01 = _mm512_shuffle_i32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512i hi23 = _mm512_shuffle_i32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512i o[4] = {_mm512_shuffle_i32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_i32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1)),
-                          _mm512_shuffle_i32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_i32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1))};
-    for (int g = 0; g < 4; ++g) {  // values 4g.. are the low nibbles of bytes 4g.., values 16 + 4g.. the high ones
-        out.q[g] = _mm512_and_si512(o[g], low);
-        out.q[g + 4] = _mm512_and_si512(_mm512_srli_epi16(o[g], 4), low);
-    }
-    const __m512 a = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(dm)));
-    const __m512 b = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(dm + 8)));
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    out.d = _mm512_permutex2var_ps(a, even, b);
-    out.m = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, _mm512_set1_epi32(1)), b);
-}
-
-// A panel of 16 weight rows unpacked for the AMX tiles: per block the 8 vectors end to end (one
-// B tile), and the scales and minima, [nb][16] each.
-struct Panel {
-    std::vector<uint8_t> q;   // [nb][8][64]
-    std::vector<float> d, m;  // [nb][16]
-
-    void unpack(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb) {
-        q.resize(size_t(nb) * 512);
-        d.resize(size_t(nb) * k_panel);
-        m.resize(size_t(nb) * k_panel);
-        Block blk;
-        for (int64_t ib = 0; ib < nb; ++ib) {
-            load_block(w, w_row_bytes, R, ib, blk);
-            for (int g = 0; g < 8; ++g) _mm512_storeu_si512(&q[size_t(ib) * 512 + g * 64], blk.q[g]);
-            _mm512_storeu_ps(&d[ib * k_panel], blk.d);
-            _mm512_storeu_ps(&m[ib * k_panel], blk.m);
-        }
-    }
-};
-
-// The per-block step every output takes, from the block's exact integer sum (one lane per weight
-// row): acc = fma(d_w * d_y, float(sum), acc), then acc = fma(m_w, s_y, acc).
-inline __m512 step(__m512 acc, __m512i sum, __m512 dw, __m512 mw, float dy, float sy) {
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dy)), _mm512_cvtepi32_ps(sum), acc);
-    return _mm512_fmadd_ps(mw, _mm512_set1_ps(sy), acc);
-}
-
-void store(float * dst, __m512 v, int R) {
-    _mm512_mask_storeu_ps(dst, __mmask16((1u << R) - 1), v);
-}
-
-// Fewer than k_min_batch activation rows (decode) against 16 weight rows: each block unpacked
-// into registers once for all rows, its sums by VNNI (8 instructions of 16 rows x 4 values).
-void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const Packed & y, int64_t M, int64_t K,
-               float * dst, int64_t dst_stride) {
-    __m512 acc[k_min_batch];
-    for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
-    Block blk;
-    for (int64_t ib = 0; ib < nb; ++ib) {
-        load_block(w, w_row_bytes, R, ib, blk);
-        for (int64_t mrow = 0; mrow < M; ++mrow) {
-            int32_t g4[8];
-            std::memcpy(g4, y.qs + mrow * K + ib * k_qk, 32);
-            __m512i sum = _mm512_setzero_si512();
-            for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, blk.q[g], _mm512_set1_epi32(g4[g]));
-            acc[mrow] = step(acc[mrow], sum, blk.d, blk.m, y.d[ib * M + mrow], y.s[ib * M + mrow]);
-        }
-    }
-    for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
-}
 
 // 64-byte aligned storage (the block sums are read with aligned loads).
 template <class T>
@@ -217,6 +125,193 @@ struct AlignedAlloc {
     void deallocate(T * q, size_t) { ::operator delete(q, std::align_val_t(64)); }
     bool operator==(const AlignedAlloc &) const { return true; }
 };
+
+// The 16 bytes at `at` in each of 16 rows' blocks (b: row 0's block; rows past R read as zero),
+// transposed: o[g] lane n = dword g of row n. With prefetch, each row's block also asks for the
+// line 16 KiB ahead (vnni::prefetch_ahead).
+inline void row_dwords(const uint8_t * b, size_t w_row_bytes, int R, size_t at, bool prefetch, __m512i (&o)[4]) {
+    // dword g of 4 rows' 16 bytes (one row per 128-bit lane) -> lane g: dword g of the 4 rows
+    const __m512i tr = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    __m512i z[4];
+    for (int j = 0; j < 4; ++j) {
+        __m128i lane[4];
+        for (int r = 0; r < 4; ++r) {
+            const int n = 4 * j + r;
+            if (n < R) {
+                const uint8_t * row = b + size_t(n) * w_row_bytes;
+                if (prefetch) vnni::prefetch_ahead(row);
+                lane[r] = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + at));
+            } else {
+                lane[r] = _mm_setzero_si128();
+            }
+        }
+        const __m512i v = _mm512_inserti32x4(
+            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_zextsi128_si512(lane[0]), lane[1], 1), lane[2], 2), lane[3],
+            3);
+        z[j] = _mm512_permutexvar_epi32(tr, v);
+    }
+    const __m512i lo01 = _mm512_shuffle_i32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i lo23 = _mm512_shuffle_i32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i hi01 = _mm512_shuffle_i32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i hi23 = _mm512_shuffle_i32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2));
+    o[0] = _mm512_shuffle_i32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0));
+    o[1] = _mm512_shuffle_i32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1));
+    o[2] = _mm512_shuffle_i32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0));
+    o[3] = _mm512_shuffle_i32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// 16 bytes of nibbles per row (o from row_dwords) -> values 4g.. (low nibbles of dword g) and
+// 16 + 4g.. (high nibbles).
+inline void nibbles(const __m512i (&o)[4], __m512i (&q)[8]) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int g = 0; g < 4; ++g) {
+        q[g] = _mm512_and_si512(o[g], low);
+        q[g + 4] = _mm512_and_si512(_mm512_srli_epi16(o[g], 4), low);
+    }
+}
+
+// What a block holds besides its values, for 16 rows (rows past R zero): a[n] the first 4 bytes
+// of row n's block (its f16 scale, then Q4_1's f16 minimum), h[n] Q5_0's 32 high bits. Read by
+// plain loads and stores a block ahead of their use: a vector load right after 16 narrow stores to
+// its bytes would wait for them all (store forwarding fails; a gather is slow where microcode
+// guards it, GDS).
+struct Scalars {
+    alignas(64) uint32_t a[16];
+    alignas(64) uint32_t h[16];
+
+    template <class W>
+    void read(const uint8_t * b, size_t w_row_bytes, int R) {
+        for (int n = 0; n < 16; ++n) {
+            if (n < R) {
+                const uint8_t * row = b + size_t(n) * w_row_bytes;
+                std::memcpy(&a[n], row, 4);
+                if constexpr (W::high_bits) std::memcpy(&h[n], row + 2, 4);
+            } else {
+                a[n] = h[n] = 0;
+            }
+        }
+    }
+    // the 16 rows' scales (the low halves of a) and minima (the high halves)
+    __m512 d() const { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_load_si512(a))); }
+    __m512 m() const { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_load_si512(a), 16))); }
+};
+
+// The weight types: a block's bytes, the offset added to its values, whether it has minima and
+// high bits; values(): the 32 values of 16 rows' blocks (b: row 0's; s: their scalars) as 8
+// vectors, vector g holding values 4g..4g+3 of rows 0..15 as u8 = value + offset (lane n: row n),
+// the layout of an AMX B tile and what VNNI multiplies by an activation's 4 values broadcast.
+struct Q4_1 {  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles; value = nibble * d + m
+    static constexpr size_t block = 20;
+    static constexpr int offset = 0;
+    static constexpr bool minima = true, high_bits = false;
+    static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars &, __m512i (&q)[8]) {
+        __m512i o[4];
+        row_dwords(b, w_row_bytes, R, 4, true, o);
+        nibbles(o, q);
+    }
+};
+
+struct Q5_0 {  // block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; value = (nibble | bit << 4) - 16
+    static constexpr size_t block = 22;
+    static constexpr int offset = 16;
+    static constexpr bool minima = false, high_bits = true;
+    static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars & s, __m512i (&q)[8]) {
+        __m512i o[4];
+        row_dwords(b, w_row_bytes, R, 6, true, o);
+        nibbles(o, q);
+        // byte i of lane n of q[g] gets bit 4g + i of row n's high bits: two rows' h per 64-bit
+        // lane, so bytes 4..7 of a lane take bits 32 + 4g + i - 4 (the odd row's)
+        const __m512i hv = _mm512_load_si512(s.h), bit4 = _mm512_set1_epi8(0x10);
+        for (int g = 0; g < 8; ++g) {
+            const uint64_t lo = 0x03020100u + 0x04040404u * uint64_t(g);
+            const __mmask64 k =
+                _mm512_bitshuffle_epi64_mask(hv, _mm512_set1_epi64(int64_t(lo | (lo + 0x20202020u) << 32)));
+            q[g] = _mm512_mask_add_epi8(q[g], k, q[g], bit4);  // the nibble + 16: its bit 4 set
+        }
+    }
+};
+
+struct Q8_0 {  // block_q8_0: f16 d, 32 int8
+    static constexpr size_t block = 34;
+    static constexpr int offset = 128;
+    static constexpr bool minima = false, high_bits = false;
+    static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars &, __m512i (&q)[8]) {
+        const __m512i flip = _mm512_set1_epi8(char(0x80));
+        __m512i lo[4], hi[4];
+        row_dwords(b, w_row_bytes, R, 2, true, lo);
+        row_dwords(b, w_row_bytes, R, 18, false, hi);
+        for (int g = 0; g < 4; ++g) {
+            q[g] = _mm512_xor_si512(lo[g], flip);
+            q[g + 4] = _mm512_xor_si512(hi[g], flip);
+        }
+    }
+};
+
+// A panel of 16 weight rows unpacked for the AMX tiles: per block the 8 vectors end to end (one
+// B tile), and the rows' scales and minima, [nb][16] each.
+struct Panel {
+    std::vector<uint8_t> q;                        // [nb][8][64]
+    std::vector<float, AlignedAlloc<float>> d, m;  // [nb][16]
+
+    template <class W>
+    void unpack(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb) {
+        q.resize(size_t(nb) * 512);
+        d.resize(size_t(nb) * k_panel);
+        m.resize(size_t(nb) * k_panel);
+        Scalars s[2];
+        s[0].read<W>(w, w_row_bytes, R);
+        __m512i v[8];
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            const Scalars & cur = s[ib % 2];
+            if (ib + 1 < nb) s[(ib + 1) % 2].read<W>(w + (ib + 1) * W::block, w_row_bytes, R);
+            W::values(w + ib * W::block, w_row_bytes, R, cur, v);
+            for (int g = 0; g < 8; ++g) _mm512_storeu_si512(&q[size_t(ib) * 512 + g * 64], v[g]);
+            _mm512_store_ps(&d[ib * k_panel], cur.d());
+            _mm512_store_ps(&m[ib * k_panel], cur.m());
+        }
+    }
+};
+
+// The per-block step every output takes, from the block's integer sum of u8 x int8 (one lane per
+// weight row): sum -= offset * q_y (exact), acc = fma(d_w * d_y, float(sum), acc), then for Q4_1
+// acc = fma(m_w, s_y, acc).
+template <class W>
+inline __m512 step(__m512 acc, __m512i sum, __m512 dw, __m512 mw, float dy, float sy, int32_t qy) {
+    if constexpr (W::offset != 0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(W::offset * qy));
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dy)), _mm512_cvtepi32_ps(sum), acc);
+    if constexpr (W::minima) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(sy), acc);
+    return acc;
+}
+
+void store(float * dst, __m512 v, int R) {
+    _mm512_mask_storeu_ps(dst, __mmask16((1u << R) - 1), v);
+}
+
+// Fewer than k_min_batch activation rows (decode) against 16 weight rows: each block unpacked
+// into registers once for all rows, its sums by VNNI (8 instructions of 16 rows x 4 values).
+template <class W>
+void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const Packed & y, int64_t M, int64_t K,
+               float * dst, int64_t dst_stride) {
+    __m512 acc[k_min_batch];
+    for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
+    Scalars s[2];
+    s[0].read<W>(w, w_row_bytes, R);
+    __m512i q[8];
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const Scalars & cur = s[ib % 2];
+        if (ib + 1 < nb) s[(ib + 1) % 2].read<W>(w + (ib + 1) * W::block, w_row_bytes, R);
+        W::values(w + ib * W::block, w_row_bytes, R, cur, q);
+        const __m512 dw = cur.d(), mw = W::minima ? cur.m() : _mm512_setzero_ps();
+        for (int64_t mrow = 0; mrow < M; ++mrow) {
+            int32_t g4[8];
+            std::memcpy(g4, y.qs + mrow * K + ib * k_qk, 32);
+            __m512i sum = _mm512_setzero_si512();
+            for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, q[g], _mm512_set1_epi32(g4[g]));
+            acc[mrow] = step<W>(acc[mrow], sum, dw, mw, y.d[ib * M + mrow], y.s[ib * M + mrow], y.q[ib * M + mrow]);
+        }
+    }
+    for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
+}
 
 // AMX tile configuration, twice (tmm0-2 and tmm3-5, for two blocks in flight): the block sums
 // (16 x 16 int32), 16 activation rows x 32 int8, the panel's block (8 rows x 64 u8).
@@ -263,6 +358,7 @@ inline void block_sums(const Panel & p, const Packed & y, int64_t K, int64_t m0,
 // The steps go 4 rows at a time (4 chains interleaved, in registers); the next unit's tile
 // products are issued a quarter before each of the 4 row groups, so that the tile unit and the
 // vector units work at the same time.
+template <class W>
 class PanelProduct {
 public:
     static constexpr int64_t k_unit_blocks = 8;
@@ -295,13 +391,14 @@ public:
                 }
                 for (int64_t ib = ib0; ib < ib1; ++ib) {
                     const int32_t * c = sums + ((ib - ib0) * k_rows + r) * 16;
-                    const __m512 dw = _mm512_loadu_ps(&p_.d[ib * k_panel]), mw = _mm512_loadu_ps(&p_.m[ib * k_panel]);
+                    const __m512 dw = _mm512_load_ps(&p_.d[ib * k_panel]), mw = _mm512_load_ps(&p_.m[ib * k_panel]);
                     const float * dy = y_.d + ib * Mp_ + m0 + r;
                     const float * sy = y_.s + ib * Mp_ + m0 + r;
-                    a0 = step(a0, _mm512_load_si512(c), dw, mw, dy[0], sy[0]);
-                    a1 = step(a1, _mm512_load_si512(c + 16), dw, mw, dy[1], sy[1]);
-                    a2 = step(a2, _mm512_load_si512(c + 32), dw, mw, dy[2], sy[2]);
-                    a3 = step(a3, _mm512_load_si512(c + 48), dw, mw, dy[3], sy[3]);
+                    const int32_t * qy = y_.q + ib * Mp_ + m0 + r;
+                    a0 = step<W>(a0, _mm512_load_si512(c), dw, mw, dy[0], sy[0], qy[0]);
+                    a1 = step<W>(a1, _mm512_load_si512(c + 16), dw, mw, dy[1], sy[1], qy[1]);
+                    a2 = step<W>(a2, _mm512_load_si512(c + 32), dw, mw, dy[2], sy[2], qy[2]);
+                    a3 = step<W>(a3, _mm512_load_si512(c + 48), dw, mw, dy[3], sy[3], qy[3]);
                 }
                 const __m512 a[4] = {a0, a1, a2, a3};
                 for (int i = 0; i < 4; ++i) {
@@ -346,15 +443,9 @@ bool request_tiles() {
     return syscall(SYS_arch_prctl, k_req_xcomp_perm, k_xfeature_xtiledata) == 0;
 }
 
-}  // namespace
-
-bool available() {
-    static const bool ok = request_tiles();
-    return ok;
-}
-
-void product(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
-             float * dst, int64_t dst_stride, int ith, int nth) {
+template <class W>
+void product_of(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
+                float * dst, int64_t dst_stride, int ith, int nth) {
     const int64_t nb = K / k_qk, Mp = padded_rows(M);
     const Packed y(packed, K, Mp);
     const int64_t n_panels = (N + k_panel - 1) / k_panel;
@@ -366,18 +457,39 @@ void product(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const 
         _tile_loadconfig(&cfg);
     }
     thread_local Panel panel;
-    thread_local PanelProduct::Sums sums[2];
+    thread_local typename PanelProduct<W>::Sums sums[2];
     for (int64_t ip = p0; ip < p1; ++ip) {
         const int64_t n0 = ip * k_panel;
         const int R = int(std::min<int64_t>(k_panel, N - n0));
         if (!tiles) {
-            rows_vnni(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
+            rows_vnni<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
             continue;
         }
-        panel.unpack(w + n0 * w_row_bytes, w_row_bytes, R, nb);
-        PanelProduct(panel, nb, y, Mp, K, sums).run(dst + n0, dst_stride, M, R);
+        panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+        PanelProduct<W>(panel, nb, y, Mp, K, sums).run(dst + n0, dst_stride, M, R);
     }
     if (tiles) _tile_release();
+}
+
+}  // namespace
+
+bool available() {
+    static const bool ok = request_tiles();
+    return ok;
+}
+
+void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
+             int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+    switch (type) {
+        case GGML_TYPE_Q4_1:
+            return product_of<Q4_1>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+        case GGML_TYPE_Q5_0:
+            return product_of<Q5_0>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+        case GGML_TYPE_Q8_0:
+            return product_of<Q8_0>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+        default:
+            throw Error("internal", std::string("gemm_amx: no kernel for ") + ggml_type_name(type));
+    }
 }
 
 #else
@@ -387,7 +499,8 @@ bool available() {
 }
 
 void pack(const float *, int64_t, int64_t, int64_t, uint8_t *, int, int) {}
-void product(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int, int) {}
+void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
+             int) {}
 
 #endif
 
@@ -419,11 +532,16 @@ Mode mode() {
 }
 
 namespace {
-constexpr gemm_common::PackedProduct k_kernel = {pack, gemm_common::product_of<product>};
+void product_op(const ggml_tensor * w, const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith,
+                int nth) {
+    product(w->type, static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], w->ne[1], packed, M, dst, dst_stride,
+            ith, nth);
+}
+constexpr gemm_common::PackedProduct k_kernel = {pack, product_op};
 }  // namespace
 
 bool applies(const ggml_tensor * w, const ggml_tensor * x) {
-    return mode() == Mode::amx && w->type == GGML_TYPE_Q4_1 && gemm_common::plain_operands(w, x, k_qk);
+    return mode() == Mode::amx && supports(w->type) && gemm_common::plain_operands(w, x, k_qk);
 }
 
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
