@@ -538,6 +538,25 @@ void product_op(const ggml_tensor * w, const uint8_t * packed, int64_t M, float 
             ith, nth);
 }
 constexpr gemm_common::PackedProduct k_kernel = {pack, product_op};
+
+// Fewer than k_min_batch activation rows (decode): every thread quantizes them itself, into its
+// own buffer (a few hundred nanoseconds for a row), then takes its share of the weight rows: one
+// graph node, where a pack node would add a step that one thread runs while the others wait at
+// two barriers. The same bytes as pack writes, so the same bits.
+void op_direct(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * x = dst->src[1];
+    const int64_t K = x->ne[0], M = x->ne[1];
+    thread_local std::vector<uint8_t> packed;
+    packed.resize(packed_bytes(K, M));
+    pack(static_cast<const float *>(x->data), K, M, int64_t(x->nb[1] / sizeof(float)), packed.data(), 0, 1);
+    product_op(w, packed.data(), M, static_cast<float *>(dst->data), int64_t(dst->nb[1] / sizeof(float)), ith, nth);
+}
+
+ggml_tensor * direct(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    ggml_tensor * args[2] = {w, x};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 2, op_direct, GGML_N_TASKS_MAX, nullptr);
+}
 }  // namespace
 
 bool applies(const ggml_tensor * w, const ggml_tensor * x) {
@@ -545,10 +564,15 @@ bool applies(const ggml_tensor * w, const ggml_tensor * x) {
 }
 
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    if (x->ne[1] < k_min_batch) return direct(ctx, w, x);
     return gemm_common::packed_product(ctx, w, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
 }
 
 void mul_mats(ggml_context * ctx, ggml_tensor * const * w, ggml_tensor ** out, int n, ggml_tensor * x) {
+    if (x->ne[1] < k_min_batch) {
+        for (int i = 0; i < n; ++i) out[i] = direct(ctx, w[i], x);
+        return;
+    }
     ggml_tensor * packed = gemm_common::pack_node(ctx, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
     for (int i = 0; i < n; ++i) out[i] = gemm_common::product_node(ctx, w[i], packed, x, k_kernel);
 }

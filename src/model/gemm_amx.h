@@ -46,10 +46,11 @@ bool supports(ggml_type type);
 // x F32 2-D with contiguous rows.
 bool applies(const ggml_tensor * w, const ggml_tensor * x);
 
-// w [K, N] times x F32 [K, M] -> F32 [N, M]: two custom ops (pack x, then the product).
+// w [K, N] times x F32 [K, M] -> F32 [N, M]: two custom ops (pack x, then the product); one
+// below k_min_batch rows (decode), where each thread quantizes x for itself.
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
-// Several weights times one x (q, k, v; gate, up), of any supported types: x packed once. Each w
-// must apply.
+// Several weights times one x (q, k, v; gate, up), of any supported types: x packed once (from
+// k_min_batch rows on). Each w must apply.
 void mul_mats(ggml_context * ctx, ggml_tensor * const * w, ggml_tensor ** out, int n, ggml_tensor * x);
 
 // The two steps on plain memory (for the tests): pack quantizes x's M rows (row stride x_stride

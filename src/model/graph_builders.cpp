@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <array>
 
-#include "model/gemm_q4_1.h"
 #include "model/gemm_amx.h"
+#include "model/gemm_q4_1.h"
 #include "model/gemm_q8_0.h"
 
 namespace kvlab::graph {
@@ -77,7 +77,7 @@ ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_te
 
 ggml_tensor * ffn_silu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
     const auto [gate, up] = matmuls<2>(ctx, {w.gate, w.up}, x);
-    return matmul(ctx, w.down, ggml_mul(ctx, ggml_silu(ctx, gate), up));
+    return matmul(ctx, w.down, ggml_swiglu_split(ctx, gate, up));  // silu(gate) * up in one node, as libllama
 }
 
 ggml_tensor * ffn_gelu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
