@@ -81,7 +81,7 @@ const Model & tiny_model() {
         spec.n_ctx_train = 256;
         const std::string path = scratch_dir() + "/tiny.gguf";
         test::write_tiny_gguf(spec, test::default_model_path(), path);
-        return Model::load(path, 1);
+        return Model::load(path, {.n_threads = 1});
     }();
     return *model;
 }

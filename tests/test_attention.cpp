@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "engine/attention.h"
+#include "kernels/attention.h"
 
 namespace kvlab {
 namespace {
@@ -73,10 +73,10 @@ std::vector<double> reference(const Case & c, const Data & d, float scale) {
     return out;
 }
 
-// ahead: K and V converted to float32 by attn::convert first (as a prefill graph does)
+// ahead: K and V converted to float32 by kernels::attn::convert first (as a prefill graph does)
 std::vector<float> run_kernel(const Case & c, const Data & d, float scale, int64_t chunk_rows, int nth,
                               bool ahead = false) {
-    attn::Problem p;
+    kernels::attn::Problem p;
     p.n_q = c.n_q;
     p.n_head = c.n_head;
     p.n_head_kv = c.n_head_kv;
@@ -89,14 +89,14 @@ std::vector<float> run_kernel(const Case & c, const Data & d, float scale, int64
     std::vector<float> part(size_t(p.n_chunks()) * c.n_q * c.n_head * (c.head_dim + 2));
     std::vector<float> pre;
     if (ahead) {
-        EXPECT_TRUE(attn::converts_ahead(p));
-        pre.resize(size_t(attn::converted_floats(p)));
-        for (int t = 0; t < nth; ++t) attn::convert(p, pre.data(), t, nth);
+        EXPECT_TRUE(kernels::attn::converts_ahead(p));
+        pre.resize(size_t(kernels::attn::converted_floats(p)));
+        for (int t = 0; t < nth; ++t) kernels::attn::convert(p, pre.data(), t, nth);
     }
     for (int t = 0; t < nth; ++t)
-        attn::compute(p, d.q.data(), c.head_dim, int64_t(c.n_head) * c.head_dim, part.data(), t, nth,
-                      ahead ? pre.data() : nullptr);
-    for (int t = 0; t < nth; ++t) attn::merge(p, part.data(), out.data(), t, nth);
+        kernels::attn::compute(p, d.q.data(), c.head_dim, int64_t(c.n_head) * c.head_dim, part.data(), t, nth,
+                               ahead ? pre.data() : nullptr);
+    for (int t = 0; t < nth; ++t) kernels::attn::merge(p, part.data(), out.data(), t, nth);
     return out;
 }
 

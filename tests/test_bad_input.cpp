@@ -95,7 +95,7 @@ protected:
     // Loading must throw kvlab::Error with every fragment in its message.
     void expect_load_error(const std::string & path, const std::vector<std::string> & fragments) {
         try {
-            Model::load(path, 1);
+            Model::load(path, {.n_threads = 1});
             ADD_FAILURE() << "no error for " << path;
         } catch (const Error & e) {
             for (const auto & f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
@@ -235,7 +235,7 @@ TEST_F(BadInput, DuplicateTokenInTheVocabulary) {
 }
 
 TEST_F(BadInput, PromptLongerThanTheContext) {
-    auto model = Model::load(good_, 1);
+    auto model = Model::load(good_, {.n_threads = 1});
     Engine e(*model);
     KvStore c = e.new_cache(80);
     std::vector<int32_t> toks(65, 100);

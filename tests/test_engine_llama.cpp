@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
-#include <optional>
 
 #include "eval/metrics.h"
 #include "ggml.h"
 #include "kvlab/engine.h"
 #include "kvlab/error.h"
+#include "kvlab/provenance.h"
 #include "kvlab/registry.h"
 #include "kvlab/text.h"
 #include "llama_ref.h"
@@ -32,13 +32,15 @@ class RealModel : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         path_ = new std::string(resolve_model("smollm2-135m"));
-        model_ = Model::load(*path_, k_threads).release();
+        model_ = Model::load(*path_, {.n_threads = k_threads}).release();
+        ggml_model_ = Model::load(*path_, {.n_threads = k_threads, .products = Products::ggml}).release();
         tok_ = new Tokenizer(*path_);
     }
     static void TearDownTestSuite() {
         delete greedy_;
         delete tok_;
         delete model_;
+        delete ggml_model_;
         delete path_;
         greedy_ = nullptr;
     }
@@ -49,9 +51,11 @@ protected:
         t.resize(n);
         return t;
     }
+    // On `model` (null: model_, the default products).
     static std::vector<float> kvlab_logits(const std::vector<int32_t> & toks, int chunk,
-                                           AttentionKernel attn = AttentionKernel::kvlab) {
-        Engine e(*model_, EngineOptions{chunk, attn});
+                                           AttentionKernel attn = AttentionKernel::kvlab,
+                                           const Model * model = nullptr) {
+        Engine e(model ? *model : *model_, EngineOptions{chunk, attn});
         KvStore c = e.new_cache(int64_t(toks.size()));
         std::vector<float> all;
         e.prefill(c, toks, nullptr, &all);
@@ -87,13 +91,13 @@ protected:
     struct Agreement {
         double top1, kl_mean;
     };
-    static Agreement along_greedy_path(AttentionKernel attn, const char * what) {
+    static Agreement along_greedy_path(const Model & model, AttentionKernel attn, const char * what) {
         const auto prompt = story_prompt();
         const Greedy & g = greedy_path();
         std::vector<int32_t> seq = prompt;
         seq.insert(seq.end(), g.tokens.begin(), g.tokens.end() - 1);
         // the rows that predict tokens[0..63]: from the prompt's last token on
-        const auto ours = rows(kvlab_logits(seq, 512, attn), prompt.size() - 1, g.tokens.size());
+        const auto ours = rows(kvlab_logits(seq, 512, attn, &model), prompt.size() - 1, g.tokens.size());
         int agree = 0;
         for (size_t i = 0; i < g.tokens.size(); ++i) {
             const float * row = ours.data() + i * n_vocab();
@@ -113,7 +117,8 @@ protected:
         return {all.begin() + first * n_vocab(), all.begin() + (first + n) * n_vocab()};
     }
     static inline std::string * path_ = nullptr;
-    static inline Model * model_ = nullptr;
+    static inline Model * model_ = nullptr;       // the default products (amx where the CPU has it)
+    static inline Model * ggml_model_ = nullptr;  // ggml's product arithmetic
     static inline Tokenizer * tok_ = nullptr;
     static inline Greedy * greedy_ = nullptr;
 };
@@ -121,9 +126,8 @@ protected:
 // With attention=ggml both engines run the same ggml kernels on the same weights and
 // threads: the logits are bit-identical (measured: max |dlogit| = 0 over 512 positions).
 TEST_F(RealModel, LogitsMatchLibllamaAt512Positions) {
-    const test::ProductsScope ggml_products("ggml");
     const auto toks = text_tokens(512);
-    const auto ours = kvlab_logits(toks, 512, AttentionKernel::ggml);
+    const auto ours = kvlab_logits(toks, 512, AttentionKernel::ggml, ggml_model_);
     LlamaRef ref(*path_, k_threads, 1024);
     const auto d = test::compare_logits(ours, ref.decode(toks, true), n_vocab());
     EXPECT_EQ(d.max_abs, 0.0f) << "attention=ggml differs from libllama";
@@ -131,9 +135,8 @@ TEST_F(RealModel, LogitsMatchLibllamaAt512Positions) {
 }
 
 TEST_F(RealModel, Greedy64TokensMatchLibllama) {
-    const test::ProductsScope ggml_products("ggml");
     const auto prompt = story_prompt();
-    Engine e(*model_, EngineOptions{512, AttentionKernel::ggml});
+    Engine e(*ggml_model_, EngineOptions{512, AttentionKernel::ggml});
     KvStore c = e.new_cache(int64_t(prompt.size()) + k_greedy);
     GenerateOptions go;
     go.max_tokens = k_greedy;
@@ -157,27 +160,42 @@ TEST_F(RealModel, Greedy64TokensMatchLibllama) {
 // 3 x measured. The test prints both statistics: state them when a bound is revised.
 TEST_F(RealModel, OwnKernelAgreesWithLibllamaAlongItsGreedyPath) {
     constexpr double k_top1_measured = 61.0 / 64.0, k_kl_measured = 0.00367;
-    const test::ProductsScope ggml_products("ggml");
-    const Agreement a = along_greedy_path(AttentionKernel::kvlab, "attention=kvlab");
+    const Agreement a = along_greedy_path(*ggml_model_, AttentionKernel::kvlab, "attention=kvlab");
     EXPECT_GE(a.top1, k_top1_measured - 0.1);
     EXPECT_LE(a.kl_mean, 3.0 * k_kl_measured);
 }
 
-// kvlab's AMX products (gemm_amx.h) with ggml's attention: every product a few float ulps
+// kvlab's AMX products (kernels/product_amx.cpp) with ggml's attention: every product a few float ulps
 // from ggml's, compounded over 30 layers of 8-bit activations as above. Measured on an "Intel(R)
 // Xeon(R) Processor" (Sapphire Rapids, 2 threads): top-1 60/64 = 0.938, mean KL 0.00357 (max 0.0156; max |dlogit|
 // 1.44); the same margins. Only CPUs with AMX-INT8 run it.
 TEST_F(RealModel, AmxProductsAgreeWithLibllamaAlongItsGreedyPath) {
     constexpr double k_top1_measured = 60.0 / 64.0, k_kl_measured = 0.00357;
-    std::optional<test::ProductsScope> amx_products;
-    try {
-        amx_products.emplace("amx");
-    } catch (const Error & e) {
-        GTEST_SKIP() << e.what();
-    }
-    const Agreement a = along_greedy_path(AttentionKernel::ggml, "products=amx, attention=ggml");
+    if (!amx_available()) GTEST_SKIP() << "no AMX-INT8 tiles on this CPU (or not granted by the kernel)";
+    const auto amx_model = Model::load(*path_, {.n_threads = k_threads, .products = Products::amx});
+    const Agreement a = along_greedy_path(*amx_model, AttentionKernel::ggml, "products=amx, attention=ggml");
     EXPECT_GE(a.top1, k_top1_measured - 0.1);
     EXPECT_LE(a.kl_mean, 3.0 * k_kl_measured);
+}
+
+// The products' arithmetic is the model's option, not the process's: two models of one file in one
+// process, one with ggml's arithmetic and one with kvlab's AMX block order, each give their own
+// logits whatever the other computed in between (ggml's: libllama's bits, the test above), and
+// each says which it ran in its provenance. Where the CPU has no AMX both are ggml's: the same bits.
+TEST_F(RealModel, EachModelKeepsItsOwnProducts) {
+    const auto toks = text_tokens(64);
+    const auto ggml_before = kvlab_logits(toks, 64, AttentionKernel::kvlab, ggml_model_);
+    const auto other = Model::load(*path_, {.n_threads = k_threads, .products = default_products()});
+    const auto theirs = kvlab_logits(toks, 64, AttentionKernel::kvlab, other.get());
+    const auto ggml_after = kvlab_logits(toks, 64, AttentionKernel::kvlab, ggml_model_);
+    EXPECT_EQ(test::compare_logits(ggml_after, ggml_before, n_vocab()).max_abs, 0.0f);
+    EXPECT_EQ(provenance(*ggml_model_, *tok_)["machine"]["products"], "ggml");
+    EXPECT_EQ(provenance(*other, *tok_)["machine"]["products"], products_name(default_products()));
+    const float d = test::compare_logits(theirs, ggml_before, n_vocab()).max_abs;
+    if (default_products() == Products::amx)
+        EXPECT_GT(d, 0.0f) << "the AMX block order rounds differently from ggml's";
+    else
+        EXPECT_EQ(d, 0.0f);
 }
 
 // kvlab's kernel: the result of a query row never depends on its chunk: bit-identical. A

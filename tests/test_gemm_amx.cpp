@@ -1,4 +1,4 @@
-// kvlab's own arithmetic for Q4_1, Q5_0 and Q8_0 products (gemm_amx.h): AMX tiles for batches,
+// kvlab's own arithmetic for Q4_1, Q5_0 and Q8_0 products (kernels/product_amx.cpp): AMX tiles for batches,
 // AVX-512 VNNI below. For each type against a plain reference in double over the same quantized
 // values (the error within the bound of its float steps), against ggml's mul_mat (within the sum
 // of both orders' bounds), and against itself: every output has the same bits whatever the batch
@@ -17,8 +17,9 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"
+#include "kernels/products.h"
 #include "kvlab/error.h"
-#include "model/gemm_amx.h"
+#include "kvlab/kernels.h"
 
 namespace kvlab {
 namespace {
@@ -46,11 +47,13 @@ Problem make(ggml_type type, int64_t K, int64_t N, int64_t M, unsigned seed) {
 
 // kvlab's product of rows [m0, m0 + M) of x, each thread's share computed in turn.
 std::vector<float> kvlab_product(const Problem & p, int64_t m0, int64_t M, int nth) {
-    std::vector<uint8_t> packed(gemm_amx::packed_bytes(p.K, M));
-    for (int ith = 0; ith < nth; ++ith) gemm_amx::pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth);
+    std::vector<uint8_t> packed(kernels::amx_kernel().packed_bytes(p.K, M));
+    for (int ith = 0; ith < nth; ++ith)
+        kernels::amx_kernel().pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth);
     std::vector<float> out(size_t(p.N * M), NAN);
     for (int ith = 0; ith < nth; ++ith)
-        gemm_amx::product(p.type, p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth);
+        kernels::amx_kernel().product(p.type, p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N,
+                                      ith, nth);
     return out;
 }
 
@@ -160,7 +163,7 @@ std::vector<float> ggml_product(const Problem & p) {
 class GemmAmx : public ::testing::TestWithParam<ggml_type> {
 protected:
     void SetUp() override {
-        if (!gemm_amx::available())
+        if (!amx_available())
             GTEST_SKIP() << "no AMX-INT8 tiles on this CPU (or not granted by the kernel): the ggml arithmetic runs";
     }
 };
@@ -225,14 +228,14 @@ INSTANTIATE_TEST_SUITE_P(, GemmAmx, ::testing::Values(GGML_TYPE_Q4_1, GGML_TYPE_
 // the values and scale also those of ggml's Q8_0 blocks (quantize_row_q8_0, what Q5_0 and Q8_0
 // weights meet); padded rows zero. With blocks of zeros, of halves that round to even, and outliers.
 TEST(GemmAmxPack, HoldsGgmlsQ8_1AndQ8_0Blocks) {
-    if (!gemm_amx::available()) GTEST_SKIP() << "no AMX-INT8 tiles on this CPU (or not granted by the kernel)";
+    if (!amx_available()) GTEST_SKIP() << "no AMX-INT8 tiles on this CPU (or not granted by the kernel)";
     const int64_t K = 576, M = 37, nb = K / 32, Mp = 48;
     Problem p = make(GGML_TYPE_Q4_1, K, 16, M, 5);
     std::fill(p.x.begin() + 64, p.x.begin() + 96, 0.0f);  // row 0, block 2: zeros
     for (int j = 0; j < 32; ++j) p.x[size_t(K + j)] = (j - 16) * 0.5f + (j == 5 ? 63.5f : 0.0f);
-    ASSERT_EQ(gemm_amx::packed_bytes(K, M), size_t(Mp * K + 3 * nb * Mp * 4));
-    std::vector<uint8_t> packed(gemm_amx::packed_bytes(K, M), 0xAB);
-    for (int ith = 0; ith < 2; ++ith) gemm_amx::pack(p.x.data(), K, M, K, packed.data(), ith, 2);
+    ASSERT_EQ(kernels::amx_kernel().packed_bytes(K, M), size_t(Mp * K + 3 * nb * Mp * 4));
+    std::vector<uint8_t> packed(kernels::amx_kernel().packed_bytes(K, M), 0xAB);
+    for (int ith = 0; ith < 2; ++ith) kernels::amx_kernel().pack(p.x.data(), K, M, K, packed.data(), ith, 2);
     const int8_t * qs = reinterpret_cast<const int8_t *>(packed.data());
     const float * d = reinterpret_cast<const float *>(packed.data() + Mp * K);
     const float * s = d + nb * Mp;
@@ -259,14 +262,15 @@ TEST(GemmAmxPack, HoldsGgmlsQ8_1AndQ8_0Blocks) {
     }
 }
 
-TEST(GemmAmxMode, ParsesAndRefusesWhatTheMachineLacks) {
-    EXPECT_EQ(gemm_amx::parse_mode("ggml"), gemm_amx::Mode::ggml);
-    EXPECT_EQ(gemm_amx::parse_mode("auto"), gemm_amx::available() ? gemm_amx::Mode::amx : gemm_amx::Mode::ggml);
-    if (gemm_amx::available())
-        EXPECT_EQ(gemm_amx::parse_mode("amx"), gemm_amx::Mode::amx);
+TEST(Products, ParsesAndRefusesWhatTheMachineLacks) {
+    EXPECT_EQ(parse_products("ggml"), Products::ggml);
+    EXPECT_EQ(parse_products("auto"), amx_available() ? Products::amx : Products::ggml);
+    EXPECT_EQ(default_products(), parse_products("auto"));
+    if (amx_available())
+        EXPECT_EQ(parse_products("amx"), Products::amx);
     else
-        EXPECT_THROW(gemm_amx::parse_mode("amx"), Error);
-    EXPECT_THROW(gemm_amx::parse_mode("fast"), Error);
+        EXPECT_THROW(parse_products("amx"), Error);
+    EXPECT_THROW(parse_products("fast"), Error);
 }
 
 }  // namespace

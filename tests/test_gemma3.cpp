@@ -262,11 +262,9 @@ TEST_F(TinyGemma3, ARollbackPastFreedRowsIsRefused) {
 // kernel is bounded as the default model's (test_engine_llama.cpp: quantized activations
 // make any other attention kernel drift): it agrees on most positions' top-1.
 TEST(RealGemma3, LogitsMatchLibllamaAt512And4096Tokens) {
-    const test::ProductsScope ggml_products("ggml");  // ggml's arithmetic for its Q8_0 products
     const std::string path = resolve_model("gemma3-270m");
-    setenv("KVLAB_REPACK", "0", 1);
-    auto model = Model::load(path, 2);
-    unsetenv("KVLAB_REPACK");
+    // ggml's arithmetic for its Q8_0 products, no repacked layouts
+    auto model = Model::load(path, {.n_threads = 2, .products = Products::ggml, .repack = false});
     EXPECT_EQ(model->n_repacked(), 0);
     Tokenizer tok(path);
     const int64_t n_vocab = model->hparams().n_vocab;

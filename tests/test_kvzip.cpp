@@ -1,5 +1,5 @@
 // KVzip on a tiny random-weight model: the rows it keeps are the top rows of a plain double
-// reference that rebuilds every repeat pass from the specification (PRESSES.md), captures
+// reference that rebuilds every repeat pass from the specification (docs/methods.md), captures
 // its queries and keys and recomputes the restricted softmax; budgets add up (global and
 // layerwise); ratio 0 gives bit-identical logits; no repeat row survives the scoring passes.
 #include <gtest/gtest.h>

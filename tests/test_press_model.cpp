@@ -521,7 +521,7 @@ TEST_F(PressModel, WrappersAndRandomFollowTheirRules) {
     expect_rows_of(compressed("criticalkv", Budget::from_tokens(B)), B, snap);
 }
 
-// The kvpress rules behind --preset kvpress (PRESSES.md, "Fidelity to kvpress").
+// The kvpress rules behind --preset kvpress (docs/methods.md, "Fidelity to kvpress").
 TEST_F(PressModel, KvpressRulesOfTheWrappers) {
     const int64_t w = 32;
     // chunkkv, chunking=kvpress: max(1, int(n_chunks keep)) whole chunks of 20 over all rows

@@ -1,5 +1,5 @@
 // kvlab's compression scoring primitives (press/scoring.h) and budget policies
-// (press/policy.h) against plain double-precision references written from PRESSES.md and
+// (press/policy.h) against plain double-precision references written from docs/methods.md and
 // the headers' comments, on seeded random tensors (d = 64 and 72, GQA groups 1 and 3 (5, 8 for
 // column sums), padded query strides). Float scores are compared normwise: max_j |got_j - ref_j| /
 // max_j |ref_j| <= 1e-5 (relative to the largest reference score, not per element).
@@ -14,15 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "press/method.h"
 #include "press/policy.h"
-#include "press/scoring.h"
 
 namespace kvlab {
 namespace {
 
-using press::Pool;
+using kernels::Pool;
 using Vd = std::vector<double>;
 
 std::vector<float> randn(std::mt19937_64 & rng, size_t n, float scale = 1.0f, float offset = 0.0f) {
@@ -79,7 +79,7 @@ TEST(PressScoring, WindowAttentionMatchesReference) {
             std::mt19937_64 rng(1000 + c.L * 31 + c.w + pad);
             const int64_t qs = int64_t(c.group) * c.d + pad;
             const auto q = randn(rng, size_t(c.w * qs), 2.0f), k = randn(rng, size_t(c.L * c.d));
-            const auto got = press::window_attention(q.data(), qs, k.data(), c.L, c.w, c.group, c.d);
+            const auto got = kernels::window_attention(q.data(), qs, k.data(), c.L, c.w, c.group, c.d);
             Vd ref(size_t(c.L - c.w), 0.0);
             ref_causal(q.data(), qs, c.w, c.L - c.w, k.data(), c.group, c.d, ref);
             ASSERT_EQ(got.size(), ref.size()) << "L=" << c.L << " w=" << c.w;
@@ -113,8 +113,8 @@ TEST(PressScoring, RestrictedMaxAttentionMatchesReference) {
         const int64_t qs = int64_t(c.group + 1) * c.d;  // a stride wider than the group
         const auto q = randn(rng, size_t(c.n * qs), 2.0f), k = randn(rng, size_t((c.n_fixed + c.n_rep) * c.d));
         std::vector<float> best(size_t(c.n_fixed), 0.0f);
-        press::restricted_max_attention(q.data(), qs, c.n, c.r0, k.data(), c.n_fixed, c.n_rep, c.group, c.d,
-                                        best.data());
+        kernels::restricted_max_attention(q.data(), qs, c.n, c.r0, k.data(), c.n_fixed, c.n_rep, c.group, c.d,
+                                          best.data());
         std::vector<double> want(size_t(c.n_fixed), 0.0);
         for (int64_t r = 0; r < c.n; ++r)
             for (int g = 0; g < c.group; ++g) {
@@ -141,7 +141,8 @@ TEST(PressScoring, Pool1dMatchesReference) {
         std::vector<float> u(n);
         for (float & v : u) v = ud(rng);
         for (int kernel : {1, 3, 5, 7, 9}) {
-            const auto mx = press::pool1d(x, kernel, Pool::max), av = press::pool1d(u, kernel, Pool::avg);
+            const auto mx = kernels::pool1d(x, kernel, kernels::Pool::max),
+                       av = kernels::pool1d(u, kernel, kernels::Pool::avg);
             const Vd rmx = ref_pool(x, kernel, true), rav = ref_pool(u, kernel, false);
             ASSERT_EQ(mx.size(), n);
             ASSERT_EQ(av.size(), n);
@@ -149,10 +150,10 @@ TEST(PressScoring, Pool1dMatchesReference) {
                 EXPECT_EQ(mx[i], float(rmx[i])) << "n=" << n << " k=" << kernel << " i=" << i;
                 EXPECT_NEAR(av[i], rav[i], 1e-6) << "n=" << n << " k=" << kernel << " i=" << i;
             }
-            EXPECT_EQ(press::pool1d(x, kernel, Pool::none), x);
+            EXPECT_EQ(kernels::pool1d(x, kernel, kernels::Pool::none), x);
         }
-        EXPECT_EQ(press::pool1d(x, 1, Pool::max), x);
-        EXPECT_EQ(press::pool1d(u, 1, Pool::avg), u);
+        EXPECT_EQ(kernels::pool1d(x, 1, kernels::Pool::max), x);
+        EXPECT_EQ(kernels::pool1d(u, 1, kernels::Pool::avg), u);
     }
 }
 
@@ -173,14 +174,14 @@ TEST(PressScoring, ColumnSumsChunkedMatchReference) {
         Vd ref(base.begin(), base.end());
         ref_causal(q.data(), qs, c.n, c.p0, k.data(), c.group, c.d, ref);
         std::vector<float> one = base;
-        press::accumulate_column_sums(q.data(), qs, c.n, c.p0, k.data(), c.group, c.d, one.data());
+        kernels::accumulate_column_sums(q.data(), qs, c.n, c.p0, k.data(), c.group, c.d, one.data());
         EXPECT_LE(rel_err(one, ref), 1e-5) << "n=" << c.n << " p0=" << c.p0;
         const Vd one_d(one.begin(), one.end());
         for (int64_t chunk : {1, 7, 64}) {
             std::vector<float> col = base;
             for (int64_t s = 0; s < c.n; s += chunk)
-                press::accumulate_column_sums(q.data() + s * qs, qs, std::min(chunk, c.n - s), c.p0 + s, k.data(),
-                                              c.group, c.d, col.data());
+                kernels::accumulate_column_sums(q.data() + s * qs, qs, std::min(chunk, c.n - s), c.p0 + s, k.data(),
+                                                c.group, c.d, col.data());
             EXPECT_LE(rel_err(col, ref), 1e-5) << "n=" << c.n << " chunk=" << chunk;
             EXPECT_LE(rel_err(col, one_d), 1e-5) << "n=" << c.n << " chunk=" << chunk;
         }
@@ -209,9 +210,9 @@ TEST(PressScoring, PerKeyScoresMatchReference) {
                 for (int e = 0; e < d; ++e) kn += double(kd[j * d + e]) * kd[j * d + e], km += kd[j * d + e] * m[e];
                 diff[j] = -km / (std::sqrt(kn) * mn);
             }
-            const auto got_att = press::last_query_attention(q.data(), k.data(), L, d);
-            const auto got_norm = press::negative_key_norms(k.data(), L, d);
-            const auto got_diff = press::keydiff(kd.data(), L, d);
+            const auto got_att = kernels::last_query_attention(q.data(), k.data(), L, d);
+            const auto got_norm = kernels::negative_key_norms(k.data(), L, d);
+            const auto got_diff = kernels::keydiff(kd.data(), L, d);
             ASSERT_EQ(got_att.size(), size_t(L));
             ASSERT_EQ(got_norm.size(), size_t(L));
             ASSERT_EQ(got_diff.size(), size_t(L));
@@ -266,8 +267,8 @@ TEST(PressScoring, ExpectedAttentionMatchesReference) {
                     EXPECT_GT(rel_err(nocov, ref), 1e-2);
                 }
                 if (!vn) prev = ref;
-                const auto got = press::expected_attention(mu.data(), sigma.data(), k.data(), v.data(), c.L, n_sink,
-                                                           c.group, d, cov, vn);
+                const auto got = kernels::expected_attention(mu.data(), sigma.data(), k.data(), v.data(), c.L, n_sink,
+                                                             c.group, d, cov, vn);
                 ASSERT_EQ(got.size(), size_t(c.L));
                 for (int64_t j = 0; j < n_sink; ++j) EXPECT_EQ(got[j], 0.0f);
                 EXPECT_LE(rel_err(got, ref), 1e-5)
@@ -288,9 +289,9 @@ std::vector<int32_t> ref_top(const std::vector<float> & s, int64_t n) {
 
 TEST(PressScoring, TopRowsTiesAndClamping) {
     const std::vector<float> hand = {1, 3, 3, 2, 3};
-    EXPECT_EQ(press::top_rows(hand.data(), 5, 2), (std::vector<int32_t>{1, 2}));
-    EXPECT_EQ(press::top_rows(hand.data(), 5, 3), (std::vector<int32_t>{1, 2, 4}));
-    EXPECT_EQ(press::top_rows(hand.data(), 5, 4), (std::vector<int32_t>{1, 2, 3, 4}));
+    EXPECT_EQ(kernels::top_rows(hand.data(), 5, 2), (std::vector<int32_t>{1, 2}));
+    EXPECT_EQ(kernels::top_rows(hand.data(), 5, 3), (std::vector<int32_t>{1, 2, 4}));
+    EXPECT_EQ(kernels::top_rows(hand.data(), 5, 4), (std::vector<int32_t>{1, 2, 3, 4}));
     std::mt19937_64 rng(5);
     std::uniform_int_distribution<int> small(0, 3);
     for (int64_t rows : {1, 5, 40, 300})
@@ -299,7 +300,7 @@ TEST(PressScoring, TopRowsTiesAndClamping) {
             if (ties)
                 for (float & x : s) x = float(small(rng));
             for (int64_t n : {int64_t(-2), int64_t(0), int64_t(1), rows / 2, rows - 1, rows, rows + 3})
-                EXPECT_EQ(press::top_rows(s.data(), rows, n), ref_top(s, n)) << "rows=" << rows << " n=" << n;
+                EXPECT_EQ(kernels::top_rows(s.data(), rows, n), ref_top(s, n)) << "rows=" << rows << " n=" << n;
         }
 }
 

@@ -23,6 +23,7 @@ struct AskArgs {
     BudgetArgs budget;
     bool query_aware = false, json = false, no_stop = false;
     int max_tokens = 64, threads = 0, chunk = 512;
+    KernelArgs kernels;
 };
 
 // "N rows in every (layer, head)", or per layer, or per layer and head where heads differ.
@@ -59,7 +60,7 @@ public:
             throw Error("ask", "--ratio, --budget and --param need --method (see `kvlab methods`)");
         if (compressing && !a_.budget.given())
             throw Error("ask", "--method " + a_.method + " needs --ratio R or --budget B");
-        l_ = load(a_.model, a_.threads);
+        l_ = load(a_.model, a_.kernels.options(a_.threads));
         if (compressing) {
             methods_ = {{a_.method, apply_preset(a_.preset, a_.method, parse_params(a_.params))}};
             budget_ = a_.budget.budget();
@@ -95,7 +96,7 @@ private:
             throw Error("ask",
                         "--cache answers from the file as it was made: --context-file, --system, --method, "
                         "--ratio, --budget, --param, --preset and --query-aware do not apply");
-        l_ = load(a_.model, a_.threads);
+        l_ = load(a_.model, a_.kernels.options(a_.threads));
         engine_ = std::make_unique<Engine>(*l_.model, EngineOptions{a_.chunk, parse_attention_kernel(a_.attention)});
         go_.max_tokens = a_.max_tokens;
         go_.stop_on_eog = !a_.no_stop;
@@ -236,11 +237,7 @@ private:
         j["context_file"] = a_.context_file;
         j["cache_file"] = a_.cache;
         j["method"] = a_.method;
-        j["budget"] =
-            !compressing
-                ? nlohmann::json()
-                : nlohmann::json{{"ratio", budget_.tokens >= 0 ? nlohmann::json() : nlohmann::json(budget_.ratio)},
-                                 {"tokens", budget_.tokens >= 0 ? nlohmann::json(budget_.tokens) : nlohmann::json()}};
+        j["budget"] = compressing ? budget_.to_json() : nlohmann::json();
         j["method_params"] = method_params_;
         j["query_aware"] = a_.query_aware;
         j["preset"] = a_.preset;
@@ -287,6 +284,7 @@ const CommandRegistrar reg("ask", [](CLI::App & app, int & rc) {
                   "append each question to the context before compressing (one prefill and compression per question)");
     cmd->add_option("-n,--max-tokens", a->max_tokens, "most tokens per answer")->check(CLI::PositiveNumber);
     add_threads_option(cmd, a->threads);
+    add_kernel_options(cmd, a->kernels);
     add_chunk_option(cmd, a->chunk);
     add_attention_option(cmd, a->attention);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");

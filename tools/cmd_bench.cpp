@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <random>
 
-#include "common.h"
 #include "bandwidth.h"
+#include "common.h"
 #include "instructions.h"
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
@@ -21,13 +21,14 @@ struct BenchArgs {
     std::string model;
     std::vector<int> contexts = {512, 4096};
     int reps = 5, n_decode = 32, threads = 0, chunk = 512;
+    KernelArgs kernels;
     std::string attention = "kvlab";
     bool json = false, instructions = false;
 };
 
 int run_bench(const BenchArgs & a) {
     const int threads = resolve_threads(a.threads);
-    Loaded l = load(a.model, threads);
+    Loaded l = load(a.model, a.kernels.options(threads));
     const int max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
     if (max_ctx + a.n_decode > l.model->hparams().n_ctx_train)
         throw Error("bench", "context " + std::to_string(max_ctx) + " + decode exceeds the model's " +
@@ -39,7 +40,8 @@ int run_bench(const BenchArgs & a) {
     const bool anchor = !llama_bench_path().empty();
     // the machine's read bandwidth with the bench's threads (the decode bound below)
     const double bandwidth = measure_read_bandwidth(threads);
-    if (!anchor) std::fprintf(stderr, "[bench] llama-bench is not built (scripts/deps.sh builds it): its column is left out\n");
+    if (!anchor)
+        std::fprintf(stderr, "[bench] llama-bench is not built (scripts/deps.sh builds it): its column is left out\n");
     if (!a.json)
         std::printf("%-8s %-16s %10s %10s %12s %9s %9s\n", "context", "measure", "kvlab", "libllama", "llama-bench",
                     "/libllama", "/l-bench");
@@ -79,11 +81,11 @@ int run_bench(const BenchArgs & a) {
             bd = run_llama_bench(l.path, {0, a.n_decode, n_ctx, threads, a.chunk, a.reps});
         }
         if (!a.json) std::fprintf(stderr, "\n");
-        auto row = [&](const char * measure, const char * key, const std::vector<double> & k, const std::vector<double> & r,
-                       const std::vector<double> & b) {
+        auto row = [&](const char * measure, const char * key, const std::vector<double> & k,
+                       const std::vector<double> & r, const std::vector<double> & b) {
             const double mk = median(k), mr = median(r), mb = b.empty() ? 0.0 : median(b);
-            nlohmann::json j = {{"context", n_ctx}, {"measure", key},  {"kvlab", mk},     {"llama_cpp", mr},
-                                {"ratio", mk / mr}, {"kvlab_reps", k},     {"llama_cpp_reps", r}};
+            nlohmann::json j = {{"context", n_ctx}, {"measure", key},  {"kvlab", mk},        {"llama_cpp", mr},
+                                {"ratio", mk / mr}, {"kvlab_reps", k}, {"llama_cpp_reps", r}};
             if (!b.empty()) {
                 j["llama_bench"] = mb;
                 j["llama_bench_reps"] = b;
@@ -143,8 +145,9 @@ int run_bench(const BenchArgs & a) {
                               {"statistic", "median"},
                               {"llama_cpp_flash_attn", true},
                               {"llama_bench", anchor ? llama_bench_path() : ""},
-                              {"llama_bench_note", "a separate process, run after each context's interleaved kvlab / "
-                                                   "libllama repetitions; decode at depth = its -d"}}},
+                              {"llama_bench_note",
+                               "a separate process, run after each context's interleaved kvlab / "
+                               "libllama repetitions; decode at depth = its -d"}}},
                             {"provenance", provenance(*l.model, *l.tok)}};
         if (!instr.is_null()) j["instructions"] = instr;
         std::printf("%s\n", j.dump(2).c_str());
@@ -159,6 +162,7 @@ const CommandRegistrar reg("bench", [](CLI::App & app, int & rc) {
     cmd->add_option("--reps", a->reps, "repetitions (the median is reported)")->check(CLI::PositiveNumber);
     cmd->add_option("--decode", a->n_decode, "tokens decoded on top of each context")->check(CLI::PositiveNumber);
     add_threads_option(cmd, a->threads);
+    add_kernel_options(cmd, a->kernels);
     add_chunk_option(cmd, a->chunk);
     add_attention_option(cmd, a->attention);
     add_json_flag(cmd, a->json, "the results, every repetition and the provenance");

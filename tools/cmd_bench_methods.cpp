@@ -24,6 +24,7 @@ struct BenchMethodsArgs {
     std::string model, context_file, tokens_file, dump_plans, preset;
     std::vector<std::string> methods = {"all"}, params;
     int context = 4096, reps = 3, n_decode = 32, threads = 0, chunk = 512;
+    KernelArgs kernels;
     double ratio = 0.875;
     bool json = false, prefill_per_method = false;
 };
@@ -63,7 +64,7 @@ struct Measurements {
     struct PerMethod {
         std::vector<double> comp_s, frac, dec, speedup;
         std::vector<double> prefill_s;  // --prefill-per-method: the model's part of its own prefill
-        nlohmann::json last;  // bytes, rows and times of the last repetition
+        nlohmann::json last;            // bytes, rows and times of the last repetition
     };
     std::vector<PerMethod> methods;
 };
@@ -105,7 +106,8 @@ Measurements measure(const BenchMethodsArgs & a, Engine & engine, const Tokenize
     m.methods.resize(methods.size());
     // method i's compression of session s's context (its index there: at), after a prefill of model_s
     auto record = [&](int rep, size_t i, ContextSession & s, size_t at, double model_s) {
-        if (!a.json) std::fprintf(stderr, "\r[bench] repetition %d/%d: %-20s", rep + 1, a.reps, methods[i].name.c_str());
+        if (!a.json)
+            std::fprintf(stderr, "\r[bench] repetition %d/%d: %-20s", rep + 1, a.reps, methods[i].name.c_str());
         const PreparedCache p = s.compress(at, budget);
         if (rep == 0 && !a.dump_plans.empty())
             dump_plan(a.dump_plans, methods[i], p.cache, int64_t(toks.size()), s.press(at).last_scores());
@@ -115,8 +117,12 @@ Measurements measure(const BenchMethodsArgs & a, Engine & engine, const Tokenize
         pm.frac.push_back(st.seconds() / model_s);
         pm.dec.push_back(s.answer(p.cache, {toks[0]}, go).decode_tokens_per_second());
         pm.speedup.push_back(pm.dec.back() / m.full_decode.back());
-        pm.last = {{"bytes_before", st.bytes_before}, {"bytes_after", st.bytes_after}, {"rows_before", st.rows_before},
-                   {"rows_after", st.rows_after},     {"observe_s", st.observe_s},     {"plan_s", st.plan_s},
+        pm.last = {{"bytes_before", st.bytes_before},
+                   {"bytes_after", st.bytes_after},
+                   {"rows_before", st.rows_before},
+                   {"rows_after", st.rows_after},
+                   {"observe_s", st.observe_s},
+                   {"plan_s", st.plan_s},
                    {"apply_s", st.apply_s}};
     };
     for (int rep = 0; rep < a.reps; ++rep) {
@@ -194,7 +200,7 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
 }
 
 int run_bench_methods(const BenchMethodsArgs & a) {
-    Loaded l = load(a.model, a.threads);
+    Loaded l = load(a.model, a.kernels.options(a.threads));
     std::vector<std::string> names = a.methods;
     if (names.size() == 1 && names[0] == "all") {
         names.clear();
@@ -243,6 +249,7 @@ const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
                   "each method prefills the context itself, observed by it alone (its result's prefill_s); "
                   "the top-level prefill_s is then a prefill observed by no method");
     add_threads_option(cmd, a->threads);
+    add_kernel_options(cmd, a->kernels);
     add_chunk_option(cmd, a->chunk);
     add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
     cmd->callback([&rc, a] { rc = run_bench_methods(*a); });

@@ -5,9 +5,9 @@
 
 #include "common.h"
 #include "kvlab/cache_file.h"
+#include "kvlab/compress_flow.h"
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
-#include "kvlab/session.h"
 #include "kvlab/sys.h"
 
 namespace kvlab::cli {
@@ -20,6 +20,7 @@ struct CompressArgs {
     BudgetArgs budget;
     bool json = false;
     int threads = 0, chunk = 512;
+    KernelArgs kernels;
 };
 
 int run_compress(const CompressArgs & a) {
@@ -28,57 +29,42 @@ int run_compress(const CompressArgs & a) {
         throw Error("compress", "--ratio, --budget and --param need --method (see `kvlab methods`)");
     if (compressing && !a.budget.given())
         throw Error("compress", "--method " + a.method + " needs --ratio R or --budget B");
-    Loaded l = load(a.model, a.threads);
-    std::vector<MethodRequest> methods;
-    if (compressing) methods = {{a.method, apply_preset(a.preset, a.method, parse_params(a.params))}};
-    const std::string text = read_file(a.context_file);
-    const std::vector<ChatMessage> before =
-        a.system.empty() ? std::vector<ChatMessage>{} : std::vector<ChatMessage>{{"system", a.system}};
-    const std::vector<int32_t> context = l.tok->context_chat(before, text, {{"user", ""}}).context;
-    Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
-
-    // No reserve: a cache file holds rows only; its reader sizes the reserve it needs.
-    ContextSession s(engine, methods, SessionOptions{0, 0, l.tok.get()});
-    if (!a.json) std::fprintf(stderr, "[prefill]  %zu context tokens ...\n", context.size());
-    s.prefill(context);
-    const PrefillStats & ps = s.prefill_stats();
-    const PreparedCache p = compressing ? s.compress(0, a.budget.budget()) : s.full();
-    nlohmann::json info = {
-        {"method", p.method},
-        {"params", compressing ? s.press(0).params() : nlohmann::json::object()},
-        {"budget", nullptr},
-        {"preset", a.preset},
-        {"before", before_json(before)},
-        {"context_file", a.context_file},
-        {"context_tokens", ps.n_tokens},
-        {"prefill_s", ps.seconds},
-        {"compression", p.stats.to_json()},
-        {"achieved_ratio", achieved_ratio(p.cache, ps.n_tokens)},
-        {"engine", {{"chunk_size", a.chunk}, {"attention", a.attention}, {"threads", l.model->n_threads()}}},
-        {"provenance", provenance(*l.model, *l.tok)},
-    };
+    Loaded l = load(a.model, a.kernels.options(a.threads));
+    ContextJob job;
+    job.text = read_file(a.context_file);
+    if (!a.system.empty()) job.before = {{"system", a.system}};
+    job.method = a.method;
+    job.preset = a.preset;
     if (compressing) {
-        const Budget b = a.budget.budget();
-        info["budget"] = b.tokens >= 0 ? nlohmann::json{{"tokens", b.tokens}} : nlohmann::json{{"ratio", b.ratio}};
+        job.params = apply_preset(a.preset, a.method, parse_params(a.params));
+        job.budget = a.budget.budget();
     }
+    Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
+    MadeContext m = make_context(engine, *l.tok, job, [&](const std::string & phase, int64_t n) {
+        if (!a.json && phase == "prefill") std::fprintf(stderr, "[prefill]  %lld context tokens ...\n", (long long)n);
+    });
+    const PreparedCache & p = m.prepared;
+    nlohmann::json info = m.info;
+    info["context_file"] = a.context_file;
+    info["compression"] = p.stats.to_json();
+    info["engine"] = {{"chunk_size", a.chunk}, {"attention", a.attention}, {"threads", l.model->n_threads()}};
+    info["provenance"] = provenance(*l.model, *l.tok);
     const double t0 = now_seconds();
-    const uint64_t written = save_cache_file(a.output, *l.model, p.cache, CacheFileContent{text, context, info});
+    const uint64_t written = save_cache_file(a.output, *l.model, p.cache, CacheFileContent{job.text, m.tokens, info});
     const double write_s = now_seconds() - t0;
     if (a.json) {
         nlohmann::json j = info;
         j.erase("provenance");
         j["output"] = a.output;
         j["file_bytes"] = written;
-        j["kv_bytes"] = p.cache.used_bytes();
         j["write_s"] = write_s;
         std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         return 0;
     }
-    std::fprintf(stderr, "[prefill]  %.3f s (%.1f tok/s)\n", ps.seconds, ps.tokens_per_second());
+    std::fprintf(stderr, "[prefill]  %.3f s (%.1f tok/s)\n", m.prefill.seconds, m.prefill.tokens_per_second());
     if (compressing)
         std::fprintf(stderr, "[compress] %s %s: %.3f s, %.1f%% of the KV pairs removed\n", a.method.c_str(),
-                     a.budget.budget().describe().c_str(), p.stats.seconds(),
-                     100.0 * achieved_ratio(p.cache, ps.n_tokens));
+                     job.budget->describe().c_str(), p.stats.seconds(), 100.0 * info["achieved_ratio"].get<double>());
     std::fprintf(stderr, "[write]    %s: %s (KV rows %s) in %.3f s\n", a.output.c_str(), human_bytes(written).c_str(),
                  human_bytes(p.cache.used_bytes()).c_str(), write_s);
     return 0;
@@ -101,6 +87,7 @@ const CommandRegistrar reg("compress", [](CLI::App & app, int & rc) {
     add_param_option(cmd, a->params, false);
     add_preset_option(cmd, a->preset);
     add_threads_option(cmd, a->threads);
+    add_kernel_options(cmd, a->kernels);
     add_chunk_option(cmd, a->chunk);
     add_attention_option(cmd, a->attention);
     add_json_flag(cmd, a->json, "what was written: tokens, rows, bytes, timings");

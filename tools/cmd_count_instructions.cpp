@@ -22,7 +22,7 @@ int run_count(const CountArgs & a) {
         throw Error("count-instructions",
                     "run it under valgrind --tool=callgrind --instr-atstart=no "
                     "(kvlab bench --instructions does)");
-    Loaded l = load(a.model, 1);
+    Loaded l = load(a.model, {.n_threads = 1});
     Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
     // real token ids drawn from the vocabulary with a fixed seed, as kvlab bench does
     std::mt19937 rng(1234);

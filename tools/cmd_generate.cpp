@@ -13,6 +13,7 @@ namespace {
 struct GenerateArgs {
     std::string model, prompt, prompt_file, chat;
     int max_tokens = 128, top_k = 0, threads = 0, logprobs = 0, chunk = 512;
+    KernelArgs kernels;
     std::string attention = "kvlab";
     float temp = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
@@ -20,7 +21,7 @@ struct GenerateArgs {
 };
 
 int run_generate(const GenerateArgs & a) {
-    Loaded l = load(a.model, a.threads);
+    Loaded l = load(a.model, a.kernels.options(a.threads));
     std::vector<int32_t> prompt;
     if (!a.chat.empty())
         prompt = l.tok->chat({{"user", a.chat}});
@@ -112,6 +113,7 @@ const CommandRegistrar reg("generate", [](CLI::App & app, int & rc) {
     cmd->add_option("--top-p", a->top_p, "nucleus sampling mass; 1 keeps all")->check(CLI::Range(0.0f, 1.0f));
     cmd->add_option("-s,--seed", a->seed, "sampling seed");
     add_threads_option(cmd, a->threads);
+    add_kernel_options(cmd, a->kernels);
     add_chunk_option(cmd, a->chunk);
     add_attention_option(cmd, a->attention);
     cmd->add_option("--logprobs", a->logprobs, "with --json: top-K log-probabilities at each generated position")

@@ -15,11 +15,13 @@ const CommandRegistrar reg("info", [](CLI::App & app, int & rc) {
     auto model = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
     auto threads = std::make_shared<int>(0);
+    auto kernels = std::make_shared<KernelArgs>();
     add_model_arg(cmd, *model);
     add_json_flag(cmd, *json, "the record");
     add_threads_option(cmd, *threads)->description("threads recorded in the provenance");
-    cmd->callback([&rc, model, json, threads] {
-        Loaded l = load(*model, *threads);
+    add_kernel_options(cmd, *kernels);
+    cmd->callback([&rc, model, json, threads, kernels] {
+        Loaded l = load(*model, kernels->options(*threads));
         const nlohmann::json p = provenance(*l.model, *l.tok);
         if (*json) {
             std::printf("%s\n", p.dump(2).c_str());
@@ -57,11 +59,12 @@ const CommandRegistrar reg("info", [](CLI::App & app, int & rc) {
                 std::printf("attention   sliding window %d on %d of %d layers (global: %s), their rope theta %g\n", w,
                             n_sliding, n_layer, global.empty() ? "none" : global.c_str(),
                             sw["rope_theta"].get<double>());
-                std::printf("kv cache    %lld B per token and layer; a sliding layer holds at most %lld rows "
-                            "(%s in all %d, any context length); the %d global layers %s per 1k tokens\n",
-                            static_cast<long long>(row), static_cast<long long>(most),
-                            human_bytes(uint64_t(most * row * n_sliding)).c_str(), n_sliding, n_layer - n_sliding,
-                            human_bytes(uint64_t(1024 * row * (n_layer - n_sliding))).c_str());
+                std::printf(
+                    "kv cache    %lld B per token and layer; a sliding layer holds at most %lld rows "
+                    "(%s in all %d, any context length); the %d global layers %s per 1k tokens\n",
+                    static_cast<long long>(row), static_cast<long long>(most),
+                    human_bytes(uint64_t(most * row * n_sliding)).c_str(), n_sliding, n_layer - n_sliding,
+                    human_bytes(uint64_t(1024 * row * (n_layer - n_sliding))).c_str());
             } else {
                 std::printf("kv cache    %lld B per token and layer, %s per 1k tokens (%d layers)\n",
                             static_cast<long long>(row), human_bytes(uint64_t(1024 * row * n_layer)).c_str(), n_layer);

@@ -14,7 +14,7 @@ int run_methods(bool json) {
         for (const MethodInfo & m : methods) {
             nlohmann::json params = nlohmann::json::array();
             for (const ParamSpec & p : m.params)
-                params.push_back({{"name", p.name}, {"default", p.def}, {"help", p.help}});
+                params.push_back({{"name", p.name}, {"default", p.def}, {"help", p.help}, {"choices", p.choices}});
             j.push_back({{"name", m.name},
                          {"summary", m.summary},
                          {"wrapper", m.wrapper},

@@ -20,6 +20,7 @@ struct ServeArgs {
     server::ServerOptions o;
     std::string model, attention = "kvlab", kv_budget = "1GiB";
     int threads = 0, chunk = 512;
+    KernelArgs kernels;
 };
 
 // "1073741824", "512MiB", "2GiB", "300MB": bytes.
@@ -55,7 +56,7 @@ int run_serve(ServeArgs & a) {
     signal(SIGPIPE, SIG_IGN);
 
     a.o.kv_budget = parse_bytes(a.kv_budget);
-    Loaded l = load(a.model, a.threads);
+    Loaded l = load(a.model, a.kernels.options(a.threads));
     a.o.threads = l.model->n_threads();
     a.o.engine = EngineOptions{a.chunk, parse_attention_kernel(a.attention)};
     a.o.model_id = std::filesystem::path(l.path).stem().string();
@@ -110,6 +111,7 @@ const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
         ->capture_default_str();
     cmd->add_option("--timeout", a->o.io_timeout_s, "socket read / write timeout in seconds")->capture_default_str();
     add_threads_option(cmd, a->threads);
+    add_kernel_options(cmd, a->kernels);
     add_chunk_option(cmd, a->chunk);
     add_attention_option(cmd, a->attention);
     cmd->callback([&rc, a] { rc = run_serve(*a); });

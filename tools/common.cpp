@@ -24,17 +24,33 @@ void say_idle(int idle) {
 }
 }  // namespace
 
-Loaded load(const std::string & name_or_path, int n_threads) {
+Loaded load(const std::string & name_or_path, const ModelOptions & opts) {
     Loaded l;
     l.path = resolve_model(name_or_path);
-    l.model = Model::load(l.path, n_threads);  // 0: the model samples the idle CPUs itself
-    if (n_threads == 0) say_idle(l.model->n_threads());
+    l.model = Model::load(l.path, opts);  // n_threads 0: the model samples the idle CPUs itself
+    if (opts.n_threads == 0) say_idle(l.model->n_threads());
     l.tok = std::make_unique<Tokenizer>(l.path);
     if (l.tok->n_vocab() != l.model->hparams().n_vocab)
         throw Error("model", l.path + ": the vocabulary (" + std::to_string(l.tok->n_vocab()) +
                                  " tokens) does not match the output layer (" +
                                  std::to_string(l.model->hparams().n_vocab) + ")");
     return l;
+}
+
+ModelOptions KernelArgs::options(int n_threads) const {
+    return {.n_threads = n_threads, .products = parse_products(products), .repack = !no_repack};
+}
+
+void add_kernel_options(CLI::App * cmd, KernelArgs & k) {
+    cmd->add_option("--products", k.products,
+                    "arithmetic of the Q4_1, Q5_0 and Q8_0 weight products: ggml (bit-identical to ggml's mul_mat and "
+                    "libllama's logits), amx (kvlab's block order on Intel AMX tiles, the same bits at every batch "
+                    "size; a few float ulps from ggml's), auto (amx where the CPU and the kernel have AMX-INT8, "
+                    "else ggml)")
+        ->check(CLI::IsMember({"auto", "ggml", "amx"}));
+    cmd->add_flag("--no-repack", k.no_repack,
+                  "keep every weight matrix in its GGUF layout (by default those ggml's CPU backend can repack "
+                  "into a faster layout go there, as libllama places them)");
 }
 
 int resolve_threads(int requested) {
@@ -58,7 +74,8 @@ CLI::Option * add_threads_option(CLI::App * cmd, int & threads) {
 }
 
 CLI::Option * add_chunk_option(CLI::App * cmd, int & chunk) {
-    return cmd->add_option("--chunk,--ubatch-size", chunk, "prefill chunk (ubatch) size in tokens")->check(CLI::PositiveNumber);
+    return cmd->add_option("--chunk,--ubatch-size", chunk, "prefill chunk (ubatch) size in tokens")
+        ->check(CLI::PositiveNumber);
 }
 
 CLI::Option * add_attention_option(CLI::App * cmd, std::string & value) {

@@ -26,7 +26,15 @@ struct Loaded {
 };
 
 // Resolves a short name or path (fetching a known model if needed) and loads it.
-Loaded load(const std::string & name_or_path, int n_threads);
+Loaded load(const std::string & name_or_path, const ModelOptions & opts);
+
+// The kernels' choices on the command line: --products and --no-repack (llama.cpp's flag).
+struct KernelArgs {
+    std::string products = "auto";
+    bool no_repack = false;
+    ModelOptions options(int n_threads) const;  // throws for --products amx where the CPU lacks it
+};
+void add_kernel_options(CLI::App * cmd, KernelArgs & k);
 
 // -t 0 (the default): the CPUs other work leaves idle (idle_cpus()), said on stderr.
 int resolve_threads(int requested);

@@ -69,10 +69,12 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
          [a](eval::RunConfig & c) { c.task.depths = a->flags.task.depths; });
     over(cmd->add_option("--samples", f.task.n_samples, "samples per (length, depth)")->check(CLI::PositiveNumber),
          [a](eval::RunConfig & c) { c.task.n_samples = a->flags.task.n_samples; });
-    over(cmd->add_option("--seed", f.task.seed, "task seed"), [a](eval::RunConfig & c) { c.task.seed = a->flags.task.seed; });
+    over(cmd->add_option("--seed", f.task.seed, "task seed"),
+         [a](eval::RunConfig & c) { c.task.seed = a->flags.task.seed; });
     std::string methods_default;
     for (const auto & m : f.methods) methods_default += (methods_default.empty() ? "" : ",") + m.name;
-    over(add_list_option(cmd, "--methods", a->methods, "methods (the full cache always runs)")->default_str(methods_default),
+    over(add_list_option(cmd, "--methods", a->methods, "methods (the full cache always runs)")
+             ->default_str(methods_default),
          [a](eval::RunConfig & c) {
              c.methods.clear();
              for (const std::string & m : a->methods) c.methods.push_back({m, {}});
@@ -87,7 +89,8 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
             v << b.ratio;
         d += (d.empty() ? "" : ",") + v.str();
     }
-    CLI::Option * ratios = add_list_option(cmd, "--ratios", a->ratios, "compression ratios")->default_str(ratios_default);
+    CLI::Option * ratios =
+        add_list_option(cmd, "--ratios", a->ratios, "compression ratios")->default_str(ratios_default);
     CLI::Option * budgets =
         add_list_option(cmd, "--budgets", a->budgets, "token budgets per layer")->default_str(budgets_default);
     auto set_budgets = [a, ratios, budgets](eval::RunConfig & c) {
@@ -112,6 +115,9 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
     over(cmd->add_option("-n,--max-tokens", f.max_tokens, "most tokens per answer")->check(CLI::PositiveNumber),
          [a](eval::RunConfig & c) { c.max_tokens = a->flags.max_tokens; });
     over(add_threads_option(cmd, f.threads), [a](eval::RunConfig & c) { c.threads = a->flags.threads; });
+    add_kernel_options(cmd, a->kernels);
+    over(cmd->get_option("--products"), [a](eval::RunConfig & c) { c.products = a->kernels.products; });
+    over(cmd->get_option("--no-repack"), [a](eval::RunConfig & c) { c.repack = !a->kernels.no_repack; });
     over(add_chunk_option(cmd, f.chunk), [a](eval::RunConfig & c) { c.chunk = a->flags.chunk; });
     over(add_attention_option(cmd, f.attention), [a](eval::RunConfig & c) { c.attention = a->flags.attention; });
     over(cmd->add_option("-o,--out", f.out_dir, "output directory (records, report)"),

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "eval/runner.h"
 
 namespace kvlab::cli {
@@ -18,6 +19,7 @@ struct EvalArgs {
     std::vector<double> ratios;
     std::vector<int64_t> budgets;
     std::string shard;
+    KernelArgs kernels;  // --products, --no-repack
     bool query_aware = false, multi_turn = false, no_report = false;
     // the options given on the command line, each with how it overrides a configuration
     std::vector<std::pair<CLI::Option *, std::function<void(eval::RunConfig &)>>> overrides;

@@ -7,7 +7,6 @@
 #include "command.h"
 #include "ggml.h"
 #include "kvlab/error.h"
-#include "kvlab/model.h"
 #include "kvlab/provenance.h"
 
 namespace {
@@ -33,14 +32,6 @@ int main(int argc, char ** argv) {
     app.set_version_flag("--version", kvlab::kvlab_version() + " (" + kvlab::kvlab_git_commit() + ")");
     app.option_defaults()->always_capture_default();  // every --help shows the defaults
     app.fallthrough();                                // the options below also after the command's name
-    app.add_option_function<std::string>(
-           "--products", [](const std::string & v) { kvlab::set_products(v); },
-           "arithmetic of the Q4_1, Q5_0 and Q8_0 weight products: ggml (bit-identical to ggml's mul_mat and "
-           "libllama's logits), "
-           "amx (kvlab's block order on Intel AMX tiles, every batch size the same bits; a few float ulps from "
-           "ggml's), auto (amx where the CPU and the kernel have AMX-INT8, else ggml)")
-        ->default_str("auto")
-        ->check(CLI::IsMember({"auto", "ggml", "amx"}));
     int rc = 0;
     kvlab::cli::add_commands(app, rc);
     try {

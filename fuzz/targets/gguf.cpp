@@ -27,7 +27,7 @@ void one(const uint8_t * data, size_t size) {
     } catch (const Error &) {
     }
     try {
-        const auto model = Model::load(path, 1);
+        const auto model = Model::load(path, {.n_threads = 1});
         Engine engine(*model);
         KvStore cache = engine.new_cache(8);
         const int32_t n = model->hparams().n_vocab;

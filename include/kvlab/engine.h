@@ -1,5 +1,5 @@
 // The engine: chunked prefill into a KvStore, float32 next-token logits, sampling and
-// generation from a cache, with synchronized timings (DESIGN.md, measurement rules).
+// generation from a cache, with synchronized timings (docs/design.md, measurement rules).
 #pragma once
 
 #include <cstdint>

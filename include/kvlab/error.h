@@ -1,4 +1,4 @@
-// Errors in three tiers (STYLE.md): user and I/O errors throw kvlab::Error whose
+// Errors in three tiers (docs/design.md, "Style"): user and I/O errors throw kvlab::Error whose
 // message starts with the component ("[gguf] ..."); broken invariants use
 // KVLAB_ASSERT (always on); the library never calls exit().
 #pragma once
@@ -25,5 +25,7 @@ public:
 
 }  // namespace kvlab
 
-#define KVLAB_ASSERT(cond, msg) \
-    do { if (!(cond)) ::kvlab::assert_fail(#cond, __FILE__, __LINE__, (msg)); } while (0)
+#define KVLAB_ASSERT(cond, msg)                                              \
+    do {                                                                     \
+        if (!(cond)) ::kvlab::assert_fail(#cond, __FILE__, __LINE__, (msg)); \
+    } while (0)

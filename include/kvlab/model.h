@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ggml-cpp.h"
+#include "kvlab/kernels.h"
 
 namespace kvlab {
 
@@ -49,24 +50,25 @@ struct HParams {
 
 class Architecture;
 
-// The arithmetic of this process's Q4_1 weight products (`kvlab --products`, one for the whole
-// process: every engine and model in it compares like with like):
-//   "ggml": bit-identical to ggml's mul_mat, so logits bit-identical to libllama's;
-//   "amx":  kvlab's own block order on Intel AMX tiles (src/model/gemm_q4_1_amx.h), the same bits
-//           at every batch size, a few float ulps from ggml's; refused where the CPU lacks it;
-//   "auto": amx where the CPU and the kernel have AMX-INT8, else ggml (the default).
-// Throws kvlab::Error for another name. Set it before building graphs.
-void set_products(const std::string & name);
-const char * products_name();  // the arithmetic in force: "ggml" or "amx"
+// How a model is loaded and computed; each model has its own (two in one process may differ).
+struct ModelOptions {
+    // 0: every CPU that other processes leave idle, looked at again every quarter second while
+    // the model computes (kvlab/cpu_share.h); N > 0: N threads.
+    int n_threads = 0;
+    // The arithmetic of the Q4_1, Q5_0 and Q8_0 weight products of every graph built on this
+    // model (kvlab/kernels.h; `--products`).
+    Products products = default_products();
+    // The weight matrices that ggml's CPU backend can hold in a repacked layout (its extra
+    // buffer types, e.g. Q4_0 8x8) go there, as libllama places them (`--no-repack`: off).
+    bool repack = true;
+};
 
 class Model {
 public:
     // Loads the GGUF at path (a file path; short names are resolved by the caller).
-    // n_threads 0: every CPU that other processes leave idle, looked at again every quarter
-    // second while the model computes (kvlab/cpu_share.h); N > 0: N threads.
     // Throws kvlab::Error naming the problem for missing, non-GGUF, truncated or
-    // unsupported files.
-    static std::unique_ptr<Model> load(const std::string & path, int n_threads);
+    // unsupported files, and for options out of range.
+    static std::unique_ptr<Model> load(const std::string & path, const ModelOptions & opts = {});
     ~Model();
     Model(Model &&) noexcept;
     Model & operator=(Model &&) noexcept;
@@ -91,6 +93,7 @@ public:
     bool auto_threads() const;
     uint64_t weight_bytes() const;
     int n_repacked() const { return n_repacked_; }  // weight matrices in ggml's repacked layouts
+    Products products() const { return products_; }
     double load_seconds() const { return load_seconds_; }
     std::string backend_name() const;
 
@@ -104,6 +107,7 @@ private:
     ggml_backend_buffer_ptr repacked_;  // the products' weights in a repacked layout (may be null)
     ggml_backend_buffer_ptr buffer_;    // the other weights
     int n_repacked_ = 0;
+    Products products_ = Products::ggml;
     std::unique_ptr<Architecture> arch_;  // points into ctx_'s tensors
     struct Threads;
     std::unique_ptr<Threads> threads_;

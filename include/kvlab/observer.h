@@ -1,6 +1,6 @@
 // The seam between the engine and the compression methods that score the cache from
 // attention: the engine hands each prefilled chunk's post-RoPE queries to an observer.
-// Lives in the press layer (below the engine), so methods never depend on the engine.
+// Lives in the cache layer (below the engine and the methods, siblings), so neither depends on the other.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// KV-cache compression (PRESSES.md, DESIGN.md "Compression as plan / apply"): a method is a
+// KV-cache compression (docs/methods.md, docs/design.md "Compression as plan / apply"): a method is a
 // scorer (what each cached row is worth, per layer and KV head) plus a budget policy
 // (how many rows each layer and head keeps) plus fixed rules (sinks, observation window).
 // It returns a KeepPlan; only the KV store applies it, physically freeing the rest.
@@ -34,13 +34,22 @@ struct Budget {
     static Budget from_ratio(double r);
     static Budget from_tokens(int64_t b);
     int64_t per_layer(int64_t L) const;  // B for a context of L rows
+    // The share of a context of L rows the budget keeps: B / L, or 1 - ratio (kvpress's 1 -
+    // compression_ratio), in double.
+    double keep_fraction(int64_t L) const;
     std::string describe() const;
+    // Its one JSON form, written and read everywhere: {"ratio": r} or {"tokens": B}, with
+    // "sliding": true when set. from_json also takes a bare number (a ratio) and checks the
+    // values as from_ratio / from_tokens do.
+    nlohmann::json to_json() const;
+    static Budget from_json(const nlohmann::json & j);
 };
 
 struct ParamSpec {
     std::string name;
     std::string def;  // default, as text
     std::string help;
+    std::vector<std::string> choices = {};  // when not empty: the only values it takes (checked by Params)
 };
 
 // Parameters as given by the user (name -> text); validated against the method's specs.
@@ -52,7 +61,7 @@ struct MethodInfo {
     std::vector<ParamSpec> params;
     bool wrapper = false;   // takes a `base` scorer method
     bool observes = false;  // scores from the prefill's queries (a wrapper: as its base; listed for the default)
-    // kvpress's press of the same method (PRESSES.md, "Fidelity to kvpress"): the parameters
+    // kvpress's press of the same method (docs/methods.md, "Fidelity to kvpress"): the parameters
     // under which this method follows kvpress's rules (`--preset kvpress`), and what still
     // differs from kvpress under them ("" when nothing is known to).
     ParamMap kvpress_params;

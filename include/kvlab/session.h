@@ -1,4 +1,4 @@
-// The context session: the one flow every command runs (DESIGN.md, seed flow). Prefill a
+// The context session: the one flow every command runs (docs/design.md, seed flow). Prefill a
 // context once with the observers of every requested method (each method's observing
 // time its own), then prepare caches from it — the full cache (the baseline) or a copy
 // compressed by one method at one budget, all with ONE reserve policy — and answer each
@@ -29,8 +29,8 @@ struct MethodRequest {
 };
 
 struct SessionOptions {
-    int64_t max_query_tokens = 0;   // the longest query fed on top of a prepared cache
-    int64_t max_answer_tokens = 0;  // the most tokens an answer may take
+    int64_t max_query_tokens = 0;     // the longest query fed on top of a prepared cache
+    int64_t max_answer_tokens = 0;    // the most tokens an answer may take
     const Tokenizer * tok = nullptr;  // the prompts of methods with scoring passes (kvzip)
 };
 

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <numeric>
 
-#include "engine/attention.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "kernels/attention.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "model/arch.h"
@@ -135,7 +135,7 @@ private:
 
     // kvlab's kernel over every segment of the layer, after the writes of the new rows.
     ggml_tensor * kernel(int il, ggml_tensor * q, const std::vector<ggml_tensor *> & writes) {
-        auto p = std::make_unique<attn::Problem>();
+        auto p = std::make_unique<kernels::attn::Problem>();
         p->n_q = int32_t(n());
         p->n_head = hp_.n_head;
         p->n_head_kv = hp_.n_head_kv;
@@ -148,14 +148,14 @@ private:
         const auto * kd = static_cast<const char *>(cache_.k(il)->data);
         const auto * vd = static_cast<const char *>(cache_.v(il)->data);
         for (int h = 0; h < hp_.n_head_kv; ++h) {
-            attn::Segment sg;
+            kernels::attn::Segment sg;
             sg.k = reinterpret_cast<const ggml_fp16_t *>(kd + cache_.offset(il, h) * row_);
             sg.v = reinterpret_cast<const ggml_fp16_t *>(vd + cache_.offset(il, h) * row_);
             sg.pos = cache_.positions(il, h).data();
             sg.n = cache_.n_rows(il, h);
             p->seg.push_back(sg);
         }
-        ggml_tensor * o = attn::build(ctx_, ggml_is_contiguous(q) ? q : ggml_cont(ctx_, q), p.get(), writes);
+        ggml_tensor * o = kernels::attn::build(ctx_, ggml_is_contiguous(q) ? q : ggml_cont(ctx_, q), p.get(), writes);
         problems_.push_back(std::move(p));
         return ggml_reshape_2d(ctx_, o, int64_t(hp_.head_dim) * hp_.n_head, n());
     }
@@ -174,7 +174,7 @@ private:
     std::vector<std::pair<ggml_tensor *, std::vector<ggml_fp16_t>>> masks_;
     std::vector<const std::vector<int32_t> *> mask_pos_;  // the position set of each mask
     std::vector<int32_t> mask_window_;                    // and its window (0: causal only)
-    std::vector<std::unique_ptr<attn::Problem>> problems_;
+    std::vector<std::unique_ptr<kernels::attn::Problem>> problems_;
 };
 
 // Rows held per segment: [n_layer][n_head_kv].
@@ -189,10 +189,11 @@ std::vector<std::vector<int64_t>> rows_held(const KvStore & cache) {
 // (the model layer cannot see the kernel), not by an assert during attention.
 void check_kernel_limits(const Model & model) {
     const HParams & hp = model.hparams();
-    if (hp.n_gqa() > attn::k_max_group)
+    if (hp.n_gqa() > kernels::attn::k_max_group)
         throw Error("engine", model.path() + ": GQA group n_head/n_head_kv = " + std::to_string(hp.n_head) + "/" +
                                   std::to_string(hp.n_head_kv) + " = " + std::to_string(hp.n_gqa()) +
-                                  " exceeds kvlab's attention kernel limit " + std::to_string(attn::k_max_group));
+                                  " exceeds kvlab's attention kernel limit " +
+                                  std::to_string(kernels::attn::k_max_group));
 }
 
 }  // namespace
@@ -233,7 +234,8 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
                   const QueryObserver * observer, int64_t tok0) {
     const HParams & hp = model_.hparams();
     if (cache.lost_rows())
-        throw Error("engine", "the cache lost rows of its sliding-window layers in a failed evaluation; prefill it again");
+        throw Error("engine",
+                    "the cache lost rows of its sliding-window layers in a failed evaluation; prefill it again");
     cache.reserve(n);
     KVLAB_ASSERT(ggml_backend_buffer_is_host(cache.k(0)->buffer), "the KV store lives in host memory");
     const int32_t pos0 = cache.next_pos();
@@ -262,7 +264,7 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     const AttentionFn attention = [&store](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
         return store(il, q, k, v);
     };
-    ggml_tensor * logits = model_.arch().build_graph(GraphContext{ctx.get(), gf, hp, in, attention});
+    ggml_tensor * logits = model_.arch().build_graph(GraphContext{ctx.get(), gf, hp, model_.products(), in, attention});
     ggml_set_output(logits);
 
     // ggml's allocator reuses its last plan for a graph of the same shape without looking at

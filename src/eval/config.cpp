@@ -26,8 +26,7 @@ Budget BudgetConfig::budget() const {
 nlohmann::json RunConfig::to_json() const {
     nlohmann::json methods_j = nlohmann::json::array(), budgets_j = nlohmann::json::array();
     for (const auto & m : methods) methods_j.push_back({{"name", m.name}, {"params", m.params}});
-    for (const auto & b : budgets)
-        budgets_j.push_back(b.tokens >= 0 ? nlohmann::json{{"tokens", b.tokens}} : nlohmann::json{{"ratio", b.ratio}});
+    for (const auto & b : budgets) budgets_j.push_back(b.budget().to_json());
     return {{"model", model},
             {"tasks", tasks},
             {"lengths", task.lengths},
@@ -42,6 +41,8 @@ nlohmann::json RunConfig::to_json() const {
             {"multi_turn", multi_turn},
             {"max_tokens", max_tokens},
             {"threads", threads},
+            {"products", products},
+            {"repack", repack},
             {"chunk", chunk},
             {"attention", attention},
             {"out_dir", out_dir},
@@ -80,8 +81,9 @@ std::vector<T> wholes(const nlohmann::json & v, const std::string & key) {
 RunConfig RunConfig::from_json(const nlohmann::json & j) {
     if (!j.is_object()) throw Error("eval", "an experiment is a JSON object");
     static const std::set<std::string> known = {
-        "model",       "preset",     "tasks",      "lengths", "depths", "samples",   "seed",    "haystack", "methods", "budgets",
-        "query_aware", "multi_turn", "max_tokens", "threads", "chunk",  "attention", "out_dir", "shard",    "n_shards"};
+        "model",    "preset",  "tasks",   "lengths",     "depths",     "samples",    "seed",
+        "haystack", "methods", "budgets", "query_aware", "multi_turn", "max_tokens", "threads",
+        "products", "repack",  "chunk",   "attention",   "out_dir",    "shard",      "n_shards"};
     for (const auto & [k, v] : j.items())
         if (!known.count(k)) throw Error("eval", "unknown experiment key '" + k + "'");
     RunConfig c;
@@ -122,6 +124,8 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
         if (j.contains("preset")) c.preset = j["preset"].get<std::string>();
         if (j.contains("max_tokens")) c.max_tokens = whole<int>(j["max_tokens"], "max_tokens");
         if (j.contains("threads")) c.threads = whole<int>(j["threads"], "threads");
+        if (j.contains("products")) c.products = j["products"].get<std::string>();
+        if (j.contains("repack")) c.repack = j["repack"].get<bool>();
         if (j.contains("chunk")) c.chunk = whole<int>(j["chunk"], "chunk");
         if (j.contains("attention")) c.attention = j["attention"].get<std::string>();
         if (j.contains("out_dir")) c.out_dir = j["out_dir"].get<std::string>();

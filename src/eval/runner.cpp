@@ -161,7 +161,9 @@ private:
 
 std::string run(const RunConfig & cfg, const std::function<void(const Progress &)> & on_progress) {
     const std::string path = resolve_model(cfg.model);
-    auto model = Model::load(path, cfg.threads);  // 0: follows the idle CPUs
+    // n_threads 0: follows the idle CPUs
+    auto model =
+        Model::load(path, {.n_threads = cfg.threads, .products = parse_products(cfg.products), .repack = cfg.repack});
     Tokenizer tok(path);
     const RunPlan plan = plan_run(cfg, *model, tok);
     std::ofstream os = open_records(plan, cfg, provenance(*model, tok));

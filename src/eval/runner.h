@@ -41,7 +41,9 @@ struct RunConfig {
     // (query-aware), forget that question's rows, answer every question from the one cache
     bool multi_turn = false;
     int max_tokens = 32;
-    int threads = 0;  // 0: every CPU that other work leaves idle
+    int threads = 0;                // 0: every CPU that other work leaves idle
+    std::string products = "auto";  // the weight products' arithmetic: auto, ggml or amx (kvlab/kernels.h)
+    bool repack = true;             // ggml's repacked weight layouts where its CPU backend has them
     int chunk = 512;
     std::string attention = "kvlab";
     std::string out_dir = "kvlab-results";

@@ -70,11 +70,13 @@ struct GraphInputs {
 };
 
 // What a graph is built with: the context its nodes live in (no data), the graph, the
-// model's hyper-parameters, the engine's inputs and its attention over the KV store.
+// model's hyper-parameters and products' arithmetic, the engine's inputs and its attention
+// over the KV store.
 struct GraphContext {
     ggml_context * ctx;
     ggml_cgraph * gf;
     const HParams & hp;
+    Products products;
     GraphInputs in;
     const AttentionFn & attention;
     int64_t n_tokens() const { return in.tokens->ne[0]; }

@@ -111,7 +111,7 @@ public:
                 x = graph::output_rows(g, x);
             }
             x = ggml_add(ctx, x, graph::rms_norm(ctx, o, l.attn_post_norm, rms_eps_));
-            ggml_tensor * f = graph::ffn_gelu_gated(ctx, l.ffn, graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_));
+            ggml_tensor * f = graph::ffn_gelu_gated(g, l.ffn, graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_));
             x = ggml_add(ctx, x, graph::rms_norm(ctx, f, l.ffn_post_norm, rms_eps_));
         }
         return graph::lm_head(g, x, output_norm_, rms_eps_, output_, softcap_);

@@ -1,32 +1,22 @@
 #include "model/graph_builders.h"
 
-#include <algorithm>
 #include <array>
 
-#include "model/gemm_amx.h"
-#include "model/gemm_q4_1.h"
-#include "model/gemm_q8_0.h"
+#include "kernels/products.h"
 
 namespace kvlab::graph {
 
-ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    if (gemm_amx::applies(w, x)) return gemm_amx::mul_mat(ctx, w, x);
-    if (gemm::applies(w, x)) return gemm::mul_mat_q4_1(ctx, w, x);
-    if (gemm_q8_0::applies(w, x)) return gemm_q8_0::mul_mat(ctx, w, x);
-    return ggml_mul_mat(ctx, w, x);
+ggml_tensor * matmul(const GraphContext & g, ggml_tensor * w, ggml_tensor * x) {
+    return kernels::mul_mat(g.ctx, g.products, w, x);
 }
 
 namespace {
 
-// w_i x for each weight; x packed once when kvlab's AMX kernel runs every product.
+// w_i x for each weight; x packed once when one kernel runs every product.
 template <size_t N>
-std::array<ggml_tensor *, N> matmuls(ggml_context * ctx, const std::array<ggml_tensor *, N> & w, ggml_tensor * x) {
+std::array<ggml_tensor *, N> matmuls(const GraphContext & g, const std::array<ggml_tensor *, N> & w, ggml_tensor * x) {
     std::array<ggml_tensor *, N> out;
-    if (std::all_of(w.begin(), w.end(), [x](const ggml_tensor * wi) { return gemm_amx::applies(wi, x); })) {
-        gemm_amx::mul_mats(ctx, w.data(), out.data(), int(N), x);
-        return out;
-    }
-    for (size_t i = 0; i < N; ++i) out[i] = matmul(ctx, w[i], x);
+    kernels::mul_mats(g.ctx, g.products, w.data(), out.data(), int(N), x);
     return out;
 }
 
@@ -44,15 +34,15 @@ ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, flo
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
 }
 
-ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * b, ggml_tensor * x) {
-    return add_bias(ctx, matmul(ctx, w, x), b);
+ggml_tensor * linear(const GraphContext & g, ggml_tensor * w, ggml_tensor * b, ggml_tensor * x) {
+    return add_bias(g.ctx, matmul(g, w, x), b);
 }
 
 Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float norm_eps) {
     const HParams & hp = g.hp;
     const int64_t n = g.n_tokens();
     Qkv r;
-    const auto [q, k, v] = matmuls<3>(g.ctx, {w.wq, w.wk, w.wv}, x);
+    const auto [q, k, v] = matmuls<3>(g, {w.wq, w.wk, w.wv}, x);
     r.q = ggml_reshape_3d(g.ctx, add_bias(g.ctx, q, w.bq), hp.head_dim, hp.n_head, n);
     r.k = ggml_reshape_3d(g.ctx, add_bias(g.ctx, k, w.bk), hp.head_dim, hp.n_head_kv, n);
     r.v = ggml_reshape_3d(g.ctx, add_bias(g.ctx, v, w.bv), hp.head_dim, hp.n_head_kv, n);
@@ -72,17 +62,17 @@ ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_f
 
 ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_tensor * wo, ggml_tensor * bo) {
     ggml_tensor * a = g.attention(il, qkv.q, qkv.k, qkv.v);  // F32 [n_head*head_dim, n_tokens]
-    return linear(g.ctx, wo, bo, a);
+    return linear(g, wo, bo, a);
 }
 
-ggml_tensor * ffn_silu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
-    const auto [gate, up] = matmuls<2>(ctx, {w.gate, w.up}, x);
-    return matmul(ctx, w.down, ggml_swiglu_split(ctx, gate, up));  // silu(gate) * up in one node, as libllama
+ggml_tensor * ffn_silu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x) {
+    const auto [gate, up] = matmuls<2>(g, {w.gate, w.up}, x);
+    return matmul(g, w.down, ggml_swiglu_split(g.ctx, gate, up));  // silu(gate) * up in one node, as libllama
 }
 
-ggml_tensor * ffn_gelu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x) {
-    const auto [gate, up] = matmuls<2>(ctx, {w.gate, w.up}, x);
-    return matmul(ctx, w.down, ggml_geglu_split(ctx, gate, up));
+ggml_tensor * ffn_gelu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x) {
+    const auto [gate, up] = matmuls<2>(g, {w.gate, w.up}, x);
+    return matmul(g, w.down, ggml_geglu_split(g.ctx, gate, up));
 }
 
 ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x) {
@@ -91,7 +81,7 @@ ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x) {
 
 ggml_tensor * lm_head(const GraphContext & g, ggml_tensor * x, ggml_tensor * norm, float eps, ggml_tensor * w_out,
                       float softcap) {
-    ggml_tensor * logits = matmul(g.ctx, w_out, rms_norm(g.ctx, x, norm, eps));
+    ggml_tensor * logits = matmul(g, w_out, rms_norm(g.ctx, x, norm, eps));
     if (softcap > 0.0f)
         logits = ggml_scale(g.ctx, ggml_tanh(g.ctx, ggml_scale(g.ctx, logits, 1.0f / softcap)), softcap);
     ggml_build_forward_expand(g.gf, logits);

@@ -14,12 +14,12 @@ ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd);
 ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
 
 // w x: w [n_in, n_out] (any type), x F32 [n_in, n_tokens] -> F32 [n_out, n_tokens]; ggml_mul_mat's
-// result, computed by kvlab's kernels where they apply (model/gemm_q4_1.h, model/gemm_q8_0.h).
-ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
+// result, computed by kvlab's kernels under g.products where they apply (kernels/products.h).
+ggml_tensor * matmul(const GraphContext & g, ggml_tensor * w, ggml_tensor * x);
 
 // w x (+ b): w [n_in, n_out] (any type), b F32 [n_out] or nullptr, x F32 [n_in, n_tokens]
 // -> F32 [n_out, n_tokens].
-ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * b, ggml_tensor * x);
+ggml_tensor * linear(const GraphContext & g, ggml_tensor * w, ggml_tensor * b, ggml_tensor * x);
 
 struct QkvWeights {
     ggml_tensor * wq = nullptr;      // [n_embd, n_head*head_dim]
@@ -58,11 +58,11 @@ struct FfnWeights {
 };
 
 // down(silu(gate x) * up x): x F32 [n_embd, n_tokens] -> F32 [n_embd, n_tokens].
-ggml_tensor * ffn_silu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x);
+ggml_tensor * ffn_silu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x);
 
 // down(gelu(gate x) * up x), GELU's tanh approximation (ggml_geglu_split, as llama.cpp's
 // LLM_FFN_GELU with a parallel gate): x F32 [n_embd, n_tokens] -> F32 [n_embd, n_tokens].
-ggml_tensor * ffn_gelu_gated(ggml_context * ctx, const FfnWeights & w, ggml_tensor * x);
+ggml_tensor * ffn_gelu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x);
 
 // Only the rows of x F32 [n, n_tokens] whose logits are wanted (g.in.out_ids): the last
 // layer applies it to its residual and attention output, so its FFN and the head see

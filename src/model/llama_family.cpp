@@ -81,7 +81,7 @@ public:
                 x = graph::output_rows(g, x);
             }
             x = ggml_add(ctx, x, o);
-            x = ggml_add(ctx, x, graph::ffn_silu_gated(ctx, l.ffn, graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_)));
+            x = ggml_add(ctx, x, graph::ffn_silu_gated(g, l.ffn, graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_)));
         }
         return graph::lm_head(g, x, output_norm_, rms_eps_, output_);
     }

@@ -101,11 +101,13 @@ Model::~Model() = default;
 Model::Model(Model &&) noexcept = default;
 Model & Model::operator=(Model &&) noexcept = default;
 
-std::unique_ptr<Model> Model::load(const std::string & path, int n_threads) {
+std::unique_ptr<Model> Model::load(const std::string & path, const ModelOptions & opts) {
     init_backend_logging();  // ggml's own messages (e.g. repacking) only with KVLAB_VERBOSE
     const double t0 = now_seconds();
     std::unique_ptr<Model> m(new Model());
     m->path_ = path;
+    m->products_ = opts.products;
+    const int n_threads = opts.n_threads;
     if (n_threads < 0) throw Error("model", "threads cannot be negative");
     if (n_threads == 0) {
         m->threads_->tracker = std::make_unique<IdleCpuTracker>(idle_cpus());
@@ -132,7 +134,7 @@ std::unique_ptr<Model> Model::load(const std::string & path, int n_threads) {
     m->backend_.reset(ggml_backend_cpu_init());
     if (!m->backend_) throw Error("backend", "could not initialise the ggml CPU backend");
     ggml_backend_cpu_set_n_threads(m->backend_.get(), m->threads_->n);
-    WeightBuffers wb = allocate_weights(m->ctx_.get(), m->backend_.get(), [](const ggml_tensor * t) {
+    WeightBuffers wb = allocate_weights(m->ctx_.get(), m->backend_.get(), opts.repack, [](const ggml_tensor * t) {
         // the layers' projections and the output head: only ever the weight of a product.
         // attn_output stays host-readable (criticalkv reads W_o); token_embd is gathered by rows.
         const std::string n = t->name;

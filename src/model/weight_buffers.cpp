@@ -1,7 +1,5 @@
 #include "model/weight_buffers.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "ggml-alloc.h"
@@ -48,14 +46,12 @@ void advise_huge_pages(ggml_backend_buffer_t buf) {
 
 }  // namespace
 
-WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend,
+WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend, bool repack,
                                const std::function<bool(const ggml_tensor *)> & may_repack) {
     WeightBuffers wb;
     uint64_t need = 0;
     for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) need += ggml_nbytes(t);
     require_memory(need, "the model's weights");
-    const char * env = std::getenv("KVLAB_REPACK");
-    const bool repack = !(env && std::strcmp(env, "0") == 0);
     ggml_backend_dev_t dev = ggml_backend_get_device(backend);
     if (repack && dev) {
         for (ggml_backend_buffer_type_t buft : extra_buffer_types(dev)) {

@@ -17,8 +17,8 @@ struct WeightBuffers {
 
 // Allocates every tensor of ctx. `may_repack` says which tensors are only ever the weight
 // of a matrix product (never read on the host, never gathered by rows); those an extra
-// buffer type supports are placed there. $KVLAB_REPACK=0 turns repacking off.
-WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend,
+// buffer type supports are placed there, when `repack`.
+WeightBuffers allocate_weights(ggml_context * ctx, ggml_backend_t backend, bool repack,
                                const std::function<bool(const ggml_tensor *)> & may_repack);
 
 }  // namespace kvlab

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/scoring.h"
 #include "kvlab/error.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 
@@ -39,7 +39,7 @@ std::vector<int32_t> keep_rows(const Scores & s, const std::vector<float> & sc, 
             cs.push_back(sc[j]);
         }
     std::vector<int32_t> keep;
-    for (int32_t i : top_rows(cs.data(), int64_t(cs.size()), n)) keep.push_back(cand[i]);
+    for (int32_t i : kernels::top_rows(cs.data(), int64_t(cs.size()), n)) keep.push_back(cand[i]);
     for (int64_t j = 0; j < s.L; ++j)
         if (s.is_forced(j)) keep.push_back(int32_t(j));
     std::sort(keep.begin(), keep.end());

@@ -1,4 +1,4 @@
-// Budget policies (PRESSES.md): how many rows each layer and KV head keeps, and which.
+// Budget policies (docs/methods.md): how many rows each layer and KV head keeps, and which.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,7 @@ std::vector<float> candidate_scores(const Scores & s, int il, int h);
 std::vector<int32_t> keep_rows(const Scores & s, const std::vector<float> & scores, int64_t n);
 
 // PyramidKV's per-layer budgets (window included) for a context of L rows, budget B,
-// window w, n_layer layers and beta (PRESSES.md; KVCache-Factory's floored step).
+// window w, n_layer layers and beta (docs/methods.md; KVCache-Factory's floored step).
 std::vector<int64_t> pyramid_budgets(int64_t L, int64_t B, int64_t w, int n_layer, int64_t beta);
 // kvpress's PyramidKVPress.get_layer_budget, in its double arithmetic and Python's round
 // (half to even): max_capacity_prompt = w + L keep (keep = 1 - cr), min = (mcp - w) / beta,

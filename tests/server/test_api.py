@@ -7,6 +7,7 @@ the server's answer equals `kvlab ask --cache` on the same cache file.
 Run: python3 tests/server/test_api.py (CTest runs it with the test venv's python).
 """
 import concurrent.futures
+import http.client
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import subprocess
 import tempfile
 import sys
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -299,22 +301,47 @@ class MemoryUpFront(unittest.TestCase):
 
 class Parallel(unittest.TestCase):
     def test_slots_and_bounded_queue(self):
+        """Both slots held deterministically by streams that have sent their first token (each has
+        hundreds more to go): a third request finds no slot and no queue, 503; once the streams
+        are closed (cancelled), two requests at once are both served, by two engines on one model
+        with the same greedy answer."""
         with KvlabServer(extra=["--parallel", "2", "--queue", "0"]) as s:
+            long_body = {"messages": [{"role": "user", "content": "Write a long story about a cat."}],
+                         "max_tokens": 1500, "temperature": 0, "stream": True}
+            streams = []
+            for _ in range(2):
+                conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=300)
+                conn.request("POST", "/v1/chat/completions", json.dumps(long_body),
+                             {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                self.assertEqual(r.status, 200)
+                line = r.readline()
+                while line and b'"content"' not in line:  # until a token's chunk: the slot is taken
+                    line = r.readline()
+                self.assertTrue(line.startswith(b"data: "), line)
+                streams.append(conn)
+            self.assertEqual(s.get("/health")[1]["slots_processing"], 2)
             body = {"messages": [{"role": "user", "content": "Write a long story about a cat."}], "max_tokens": 48,
                     "temperature": 0}
-            go = threading.Barrier(3)
+            st, busy, _ = s.post("/v1/chat/completions", body)
+            self.assertEqual(st, 503, busy)
+            self.assertEqual(busy["error"]["code"], "server_busy")
+            for conn in streams:
+                conn.close()
+            deadline = time.monotonic() + 30
+            while s.get("/health")[1]["slots_processing"] != 0:
+                self.assertLess(time.monotonic(), deadline, "the closed streams kept their slots")
+                time.sleep(0.05)
+            go = threading.Barrier(2)
 
             def one(_):
                 go.wait()
                 return s.post("/v1/chat/completions", body)
 
-            with concurrent.futures.ThreadPoolExecutor(3) as ex:
-                results = list(ex.map(one, range(3)))
-            codes = sorted(r[0] for r in results)
-            self.assertEqual(codes, [200, 200, 503], [r[1] for r in results])
-            busy = [r[1] for r in results if r[0] == 503][0]
-            self.assertEqual(busy["error"]["code"], "server_busy")
-            ok = [r[1]["choices"][0]["message"]["content"] for r in results if r[0] == 200]
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                results = list(ex.map(one, range(2)))
+            self.assertEqual([r[0] for r in results], [200, 200], [r[1] for r in results])
+            ok = [r[1]["choices"][0]["message"]["content"] for r in results]
             self.assertEqual(ok[0], ok[1])  # two engines, one model: the same greedy answer
 
 

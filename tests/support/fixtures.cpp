@@ -71,12 +71,4 @@ RunResult run_command(const std::string & cmd) {
     return r;
 }
 
-ProductsScope::ProductsScope(const std::string & name) : before_(products_name()) {
-    set_products(name);
-}
-
-ProductsScope::~ProductsScope() {
-    set_products(before_);
-}
-
 }  // namespace kvlab::test

@@ -30,16 +30,4 @@ struct RunResult {
 };
 RunResult run_command(const std::string & cmd);
 
-// Sets the process's product arithmetic (kvlab::set_products) for a scope, then restores it.
-class ProductsScope {
-public:
-    explicit ProductsScope(const std::string & name);
-    ~ProductsScope();
-    ProductsScope(const ProductsScope &) = delete;
-    ProductsScope & operator=(const ProductsScope &) = delete;
-
-private:
-    std::string before_;
-};
-
 }  // namespace kvlab::test

@@ -285,7 +285,8 @@ void set_hparams(gguf_context * out, const TinySpec & s, uint32_t n_vocab) {
     gguf_set_val_f32(out, (a + "attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
     const ArchLayout * layout = find_layout(s.arch);
     for (const auto & [key, v] : layout->u32_keys) gguf_set_val_u32(out, (a + key).c_str(), v);
-    if (s.sliding_window > 0) gguf_set_val_u32(out, (a + "attention.sliding_window").c_str(), uint32_t(s.sliding_window));
+    if (s.sliding_window > 0)
+        gguf_set_val_u32(out, (a + "attention.sliding_window").c_str(), uint32_t(s.sliding_window));
     for (const auto & [key, v] : layout->f32_keys) gguf_set_val_f32(out, (a + key).c_str(), v);
 }
 
@@ -347,7 +348,7 @@ std::unique_ptr<TinyModel> load_tiny_model(const TinySpec & spec, const std::str
     auto t = std::make_unique<TinyModel>();
     t->dir = temp_dir(tag);
     const std::string path = write_tiny_gguf(spec, default_model_path(), t->dir + "/tiny.gguf");
-    t->model = Model::load(path, 2);
+    t->model = Model::load(path, {.n_threads = 2});
     t->tokens = Tokenizer(path).encode(test_text("avg.txt"));
     t->tokens.resize(n_tokens);
     return t;

@@ -1,4 +1,4 @@
-// Tiny random-weight GGUF models for architecture tests (STYLE.md: a few layers, small
+// Tiny random-weight GGUF models for architecture tests (docs/design.md, "Style": a few layers, small
 // dims, seeded weights, compared across engines). The vocabulary and chat template come
 // from a real model so that tokenization matches; only the weights are random.
 #pragma once

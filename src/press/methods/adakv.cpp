@@ -1,4 +1,4 @@
-// Ada-KV (PRESSES.md), a wrapper on any scorer: per layer, the heads share the budget by
+// Ada-KV (docs/methods.md), a wrapper on any scorer: per layer, the heads share the budget by
 // a global ranking of their scores, with the safeguard alpha; each head keeps its own
 // top b_h plus the forced rows. Heads end up with different lengths and the store frees
 // the rest for real.
@@ -15,18 +15,17 @@ const MethodRegistrar reg([] {
     r.info = {"adakv",
               "wrapper: per-head budgets from a global ranking of the base scores, with a safeguard",
               {{"alpha", "0.2", "safeguard: every head keeps at least floor(alpha * b) rows"},
-               {"allocation", "adakv",
+               {"allocation",
+                "adakv",
                 "adakv: the paper's rule, b_h = round(n_h (1 - alpha) + floor(alpha b)) over the candidates; kvpress: "
-                "each head's top max(1, int(alpha n_kept)) rows counting the window, then the global top"}},
+                "each head's top max(1, int(alpha n_kept)) rows counting the window, then the global top",
+                {"adakv", "kvpress"}}},
               true,
               false};
     r.make = [](const Params & p, const Model & m) {
         const double alpha = p.get_float("alpha");
         if (!(alpha >= 0.0 && alpha <= 1.0)) throw Error("press", "adakv: alpha must lie in [0, 1]");
-        const std::string allocation = p.get_string("allocation");
-        if (allocation != "adakv" && allocation != "kvpress")
-            throw Error("press", "adakv: allocation must be adakv or kvpress, not '" + allocation + "'");
-        const bool kvpress = allocation == "kvpress";
+        const bool kvpress = p.get_string("allocation") == "kvpress";
         return scored_press(
             make_base_scorer(p, m), [alpha, kvpress](const Scores & s, const Budget & b, const KvStore &) {
                 const int64_t B = b.per_layer(s.L);

@@ -1,4 +1,4 @@
-// ChunkKV (PRESSES.md), a wrapper on any scorer: the candidate rows are cut into chunks
+// ChunkKV (docs/methods.md), a wrapper on any scorer: the candidate rows are cut into chunks
 // of `chunk` consecutive tokens, ranked by their summed score over the layer's heads, and
 // kept whole in rank order; the last chunk that fits only in part keeps its best rows.
 // The same rows for every head of a layer.
@@ -95,27 +95,26 @@ const MethodRegistrar reg([] {
     r.info = {"chunkkv",
               "wrapper: keeps whole chunks of consecutive tokens ranked by summed base score; one set per layer",
               {{"chunk", "20", "tokens per chunk"},
-               {"chunking", "kvlab",
+               {"chunking",
+                "kvlab",
                 "kvlab: chunks of the candidate rows fill the budget exactly (the last in part, by its best rows); "
-                "kvpress: max(1, int(n_chunks (1 - cr))) whole chunks of all rows, ranked by mean score"}},
+                "kvpress: max(1, int(n_chunks (1 - cr))) whole chunks of all rows, ranked by mean score",
+                {"kvlab", "kvpress"}}},
               true,
               false};
     r.make = [](const Params & p, const Model & m) {
         const int64_t chunk = p.get_int("chunk");
         if (chunk < 1) throw Error("press", "chunkkv: chunk must be at least 1");
-        const std::string chunking = p.get_string("chunking");
-        if (chunking != "kvlab" && chunking != "kvpress")
-            throw Error("press", "chunkkv: chunking must be kvlab or kvpress, not '" + chunking + "'");
-        const bool kvpress = chunking == "kvpress";
-        return scored_press(make_base_scorer(p, m), [chunk, kvpress](const Scores & s, const Budget & b,
-                                                                     const KvStore &) {
-            if (kvpress) {
-                if (b.tokens < 0 && b.ratio == 0.0)
-                    return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), s.L));
-                return chunk_select_kvpress(s, b.tokens >= 0 ? double(b.tokens) / double(s.L) : 1.0 - b.ratio, chunk);
-            }
-            return chunk_select(s, b.per_layer(s.L), chunk);
-        });
+        const bool kvpress = p.get_string("chunking") == "kvpress";
+        return scored_press(make_base_scorer(p, m),
+                            [chunk, kvpress](const Scores & s, const Budget & b, const KvStore &) {
+                                if (kvpress) {
+                                    if (b.tokens < 0 && b.ratio == 0.0)
+                                        return select_per_layer_budget(s, std::vector<int64_t>(s.s.size(), s.L));
+                                    return chunk_select_kvpress(s, b.keep_fraction(s.L), chunk);
+                                }
+                                return chunk_select(s, b.per_layer(s.L), chunk);
+                            });
     };
     r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"chunking", "kvpress"}};
     r.info.kvpress_differs = "";

@@ -1,4 +1,4 @@
-// CriticalKV (PRESSES.md), a wrapper on any scorer: per head, half the candidate budget
+// CriticalKV (docs/methods.md), a wrapper on any scorer: per head, half the candidate budget
 // goes to the top base scores; the rest to the top of (base score + eps) * ||W_o v||_1
 // among the remaining rows, where ||W_o v_j||_1 is the L1 norm of value j projected by
 // the output matrix of each query head of the group, averaged over the group.
@@ -8,10 +8,10 @@
 
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "press/method.h"
 #include "press/policy.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 
@@ -55,7 +55,7 @@ public:
         const int64_t n = B - s.forced();
         // stage 1: half the candidates (kvlab); or kvpress's int(0.5 (1 - cr) L) rows counting the
         // window (its padded scores put the window first), so the candidates get what it leaves
-        const double keep = budget.tokens >= 0 ? double(budget.tokens) / double(s.L) : 1.0 - budget.ratio;
+        const double keep = budget.keep_fraction(s.L);
         const int64_t first =
             kvpress_ ? std::clamp<int64_t>(std::max<int64_t>(1, int64_t(keep * double(s.L) * 0.5)) - s.forced(), 0, n)
                      : n / 2;
@@ -93,7 +93,7 @@ public:
                 for (int32_t j : keep) taken[j] = 1;
                 std::vector<float> rest(static_cast<size_t>(s.L));
                 for (int64_t j = 0; j < s.L; ++j) rest[j] = taken[j] ? -INFINITY : stage2[j];
-                std::vector<int32_t> more = top_rows(rest.data(), s.L, n - first);
+                std::vector<int32_t> more = kernels::top_rows(rest.data(), s.L, n - first);
                 keep.insert(keep.end(), more.begin(), more.end());
                 std::sort(keep.begin(), keep.end());
                 plan[il][h] = std::move(keep);
@@ -112,16 +112,15 @@ const MethodRegistrar reg([] {
     Registration r;
     r.info = {"criticalkv",
               "wrapper: half the budget by base score, half by base score x ||W_o v||_1",
-              {{"stages", "kvlab",
+              {{"stages",
+                "kvlab",
                 "kvlab: stage 1 is half the candidates, epsilon added to the window score; kvpress: stage 1 is "
-                "int(0.5 (1 - cr) L) rows counting the window, epsilon added to the window mean"}},
+                "int(0.5 (1 - cr) L) rows counting the window, epsilon added to the window mean",
+                {"kvlab", "kvpress"}}},
               true,
               false};
     r.make = [](const Params & p, const Model & m) -> std::unique_ptr<Press> {
-        const std::string stages = p.get_string("stages");
-        if (stages != "kvlab" && stages != "kvpress")
-            throw Error("press", "criticalkv: stages must be kvlab or kvpress, not '" + stages + "'");
-        return std::make_unique<CriticalPress>(make_base_scorer(p, m), m, stages == "kvpress");
+        return std::make_unique<CriticalPress>(make_base_scorer(p, m), m, p.get_string("stages") == "kvpress");
     };
     r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"stages", "kvpress"}};
     r.info.kvpress_differs = "";

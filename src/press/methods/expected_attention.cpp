@@ -1,4 +1,4 @@
-// ExpectedAttention (PRESSES.md, kvpress): statistics of the context's pre-RoPE queries
+// ExpectedAttention (docs/methods.md, kvpress): statistics of the context's pre-RoPE queries
 // (mean and covariance per query head, the n_sink first tokens excluded) rotated by the
 // RoPE matrix averaged over the next n_future positions, give the attention that future
 // queries are expected to pay each key; times ||v||; the n_sink first tokens are kept.
@@ -9,11 +9,11 @@
 
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "press/method.h"
 #include "press/policy.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 namespace {
@@ -187,8 +187,8 @@ public:
                 for (size_t e = 0; e < cov.size(); ++e) sigma[size_t(g) * d * d + e] = float(cov[e]);
             }
             const std::vector<float> k = keys(cache, il, h), v = values(cache, il, h);
-            s.s[il][h] = expected_attention(mu.data(), sigma.data(), k.data(), v.data(), L, s.n_sink, group, d,
-                                            use_cov_, use_vnorm_);
+            s.s[il][h] = kernels::expected_attention(mu.data(), sigma.data(), k.data(), v.data(), L, s.n_sink, group, d,
+                                                     use_cov_, use_vnorm_);
         });
         return s;
     }

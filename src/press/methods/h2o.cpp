@@ -1,13 +1,13 @@
-// H2O (PRESSES.md): column sums of the full causal prefill attention (every query row,
+// H2O (docs/methods.md): column sums of the full causal prefill attention (every query row,
 // each key counted only by the queries that see it), accumulated chunk by chunk during
 // prefill; keeps the heavy hitters plus a recent window (heavy = recent by default).
 #include <cmath>
 
+#include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "press/method.h"
 #include "press/policy.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 namespace {
@@ -44,8 +44,8 @@ public:
                 auto & acc = partial[u];
                 acc.assign(size_t(tok0 + n), 0.0f);
                 if (r1 > r0)
-                    accumulate_column_sums(q + r0 * hp_.n_head * d + h * group * d, int64_t(hp_.n_head) * d, r1 - r0,
-                                           tok0 + r0, k[h].data(), group, d, acc.data());
+                    kernels::accumulate_column_sums(q + r0 * hp_.n_head * d + h * group * d, int64_t(hp_.n_head) * d,
+                                                    r1 - r0, tok0 + r0, k[h].data(), group, d, acc.data());
             });
             for (int h = 0; h < H; ++h)
                 for (int part = 0; part < parts; ++part) {

@@ -1,8 +1,8 @@
-// KeyDiff (PRESSES.md): keys least similar to the mean normalised key are kept
+// KeyDiff (docs/methods.md): keys least similar to the mean normalised key are kept
 // (score = -cos(k_j, mean)); the first n_sink tokens are always kept.
+#include "kernels/scoring.h"
 #include "press/method.h"
 #include "press/policy.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 namespace {
@@ -17,7 +17,7 @@ public:
         s.s.assign(cache.n_layer(), std::vector<std::vector<float>>(cache.n_head_kv()));
         parallel_for(int64_t(cache.n_layer()) * cache.n_head_kv(), n_threads_, [&](int64_t u) {
             const int il = int(u / cache.n_head_kv()), h = int(u % cache.n_head_kv());
-            s.s[il][h] = keydiff(keys(cache, il, h).data(), s.L, cache.head_dim());
+            s.s[il][h] = kernels::keydiff(keys(cache, il, h).data(), s.L, cache.head_dim());
         });
         return s;
     }

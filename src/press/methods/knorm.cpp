@@ -1,7 +1,7 @@
-// Knorm (PRESSES.md): keep the keys with the lowest L2 norm (post-RoPE).
+// Knorm (docs/methods.md): keep the keys with the lowest L2 norm (post-RoPE).
+#include "kernels/scoring.h"
 #include "press/method.h"
 #include "press/policy.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 namespace {
@@ -15,7 +15,7 @@ public:
         s.s.assign(cache.n_layer(), std::vector<std::vector<float>>(cache.n_head_kv()));
         parallel_for(int64_t(cache.n_layer()) * cache.n_head_kv(), n_threads_, [&](int64_t u) {
             const int il = int(u / cache.n_head_kv()), h = int(u % cache.n_head_kv());
-            s.s[il][h] = negative_key_norms(keys(cache, il, h).data(), s.L, cache.head_dim());
+            s.s[il][h] = kernels::negative_key_norms(keys(cache, il, h).data(), s.L, cache.head_dim());
         });
         return s;
     }

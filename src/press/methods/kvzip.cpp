@@ -1,4 +1,4 @@
-// KVzip (PRESSES.md; NeurIPS 2025, arXiv 2505.23416; kvpress KVzipPress): query-agnostic.
+// KVzip (docs/methods.md; NeurIPS 2025, arXiv 2505.23416; kvpress KVzipPress): query-agnostic.
 // Each KV pair is worth the most attention the model pays it while it repeats the context:
 // chunk by chunk, a repeat prompt, the chat template's end of the user turn and the chunk
 // itself are prefilled on top of the context (scoring passes, rolled back at once); every
@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "press/method.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 namespace {
@@ -128,7 +128,7 @@ private:
         const int64_t q_stride = int64_t(hp_.n_head) * d;
         // the restricted keys of every head: sinks, the chunk's rows, the repeat rows so far,
         // transposed once for all the blocks of queries
-        std::vector<TransposedKeys> k;
+        std::vector<kernels::TransposedKeys> k;
         for (int h = 0; h < hp_.n_head_kv; ++h) {
             std::vector<float> kh = cache.read_k(il, h, 0, sink);
             for (const auto & part : {cache.read_k(il, h, p.c0, n_chunk), cache.read_k(il, h, L_, n_rep)})
@@ -142,8 +142,8 @@ private:
         parallel_for(hp_.n_head_kv * n_blocks, n_threads_, [&](int64_t t) {
             const int64_t h = t / n_blocks, r0 = (t % n_blocks) * rows_per_task, nr = std::min(rows_per_task, n - r0);
             best[t].assign(size_t(n_fixed), 0.0f);
-            restricted_max_attention(q + r0 * q_stride + h * group * d, q_stride, nr, tok0 + r0, k[h], n_fixed, n_rep,
-                                     group, best[t].data());
+            kernels::restricted_max_attention(q + r0 * q_stride + h * group * d, q_stride, nr, tok0 + r0, k[h], n_fixed,
+                                              n_rep, group, best[t].data());
         });
         for (int64_t t = 0; t < int64_t(best.size()); ++t) {
             std::vector<float> & out = best_[il][t / n_blocks];

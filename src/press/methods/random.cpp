@@ -1,4 +1,4 @@
-// Random (PRESSES.md): uniform random scores from a seeded generator, per layer and head:
+// Random (docs/methods.md): uniform random scores from a seeded generator, per layer and head:
 // the floor any method must beat.
 #include <random>
 

@@ -1,22 +1,19 @@
-// SnapKV (PRESSES.md): observation-window attention scores, pooled, uniform budget per
+// SnapKV (docs/methods.md): observation-window attention scores, pooled, uniform budget per
 // layer, each KV head keeping its own rows. Also the window scorer of the SnapKV family.
 #include <cstring>
 
+#include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "press/method.h"
 #include "press/policy.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 
 namespace {
 
-Pool parse_pool(const std::string & s) {
-    if (s == "max") return Pool::max;
-    if (s == "avg") return Pool::avg;
-    if (s == "none") return Pool::none;
-    throw Error("press", "pooling must be max, avg or none, got '" + s + "'");
+kernels::Pool parse_pool(const std::string & s) {  // one of the choices Params checked
+    return s == "max" ? kernels::Pool::max : s == "avg" ? kernels::Pool::avg : kernels::Pool::none;
 }
 
 class WindowScorer : public Scorer {
@@ -61,9 +58,9 @@ public:
             const int il = int(u / hp_.n_head_kv), h = int(u % hp_.n_head_kv);
             const std::vector<float> k = keys(cache, il, h);
             const std::vector<float> sc =
-                pool1d(window_attention(q_[il].data() + size_t(h) * group * d, int64_t(hp_.n_head) * d, k.data(), L,
-                                        int(w_eff_), group, d),
-                       kernel_, pool_);
+                kernels::pool1d(kernels::window_attention(q_[il].data() + size_t(h) * group * d,
+                                                          int64_t(hp_.n_head) * d, k.data(), L, int(w_eff_), group, d),
+                                kernel_, pool_);
             std::copy(sc.begin(), sc.end(), s.s[il][h].begin());
         });
         return s;
@@ -74,7 +71,7 @@ private:
     int n_threads_;
     int64_t w_ = 32, w_eff_ = 0, L_ = 0, seen_ = 0;
     int kernel_ = 7;
-    Pool pool_ = Pool::max;
+    kernels::Pool pool_ = kernels::Pool::max;
     std::vector<std::vector<float>> q_;  // [layer][w][n_head][head_dim]
     QueryObserver obs_;
 };

@@ -1,4 +1,4 @@
-// StreamingLLM (PRESSES.md): the first n_sink tokens and the most recent B - n_sink.
+// StreamingLLM (docs/methods.md): the first n_sink tokens and the most recent B - n_sink.
 #include "press/method.h"
 #include "press/policy.h"
 

@@ -1,12 +1,12 @@
-// TOVA (PRESSES.md): attention of the last prompt query, averaged over all heads of the
+// TOVA (docs/methods.md): attention of the last prompt query, averaged over all heads of the
 // layer; one token set per layer; no sinks or window rule.
 #include <cstring>
 
+#include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "press/method.h"
 #include "press/policy.h"
-#include "press/scoring.h"
 
 namespace kvlab::press {
 namespace {
@@ -45,7 +45,8 @@ public:
             for (int h = 0; h < hp_.n_head_kv; ++h) {
                 const std::vector<float> k = keys(cache, int(il), h);
                 for (int g = 0; g < group; ++g) {
-                    const auto p = last_query_attention(q_[il].data() + size_t(h * group + g) * d, k.data(), L, d);
+                    const auto p =
+                        kernels::last_query_attention(q_[il].data() + size_t(h * group + g) * d, k.data(), L, d);
                     for (int64_t j = 0; j < L; ++j) mean[j] += p[j] / float(hp_.n_head);
                 }
             }

@@ -10,7 +10,7 @@
 
 #include "ggml.h"
 
-namespace kvlab::attn {
+namespace kvlab::kernels::attn {
 
 // The most query heads per KV head (GQA group) the kernel handles: a work unit holds the
 // query vectors of k_tile rows times the group in fixed arrays. The engine refuses models
@@ -35,7 +35,7 @@ struct Problem {
     const int32_t * q_pos = nullptr;  // [n_q] absolute positions; a query sees rows with pos <= its own
     // > 0: a sliding-window layer, a query at p sees only rows with p - window < pos <= p
     int32_t window = 0;
-    std::vector<Segment> seg;         // [n_head_kv]
+    std::vector<Segment> seg;  // [n_head_kv]
     // Rows are taken in fixed chunks of chunk_rows (chunk c = rows [c*chunk_rows, (c+1)*chunk_rows)),
     // each chunk's partial result merged in chunk order: the arithmetic of every output
     // depends on nothing but its own rows, never on the number of queries or threads, so
@@ -67,4 +67,4 @@ void merge(const Problem & p, const float * partial, float * out, int ith, int n
 // problem must outlive the graph's computation.
 ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, const std::vector<ggml_tensor *> & deps);
 
-}  // namespace kvlab::attn
+}  // namespace kvlab::kernels::attn

@@ -1,6 +1,6 @@
 // Built with -ffast-math (CMakeLists.txt) so that the exp loops vectorise; nothing here
 // relies on infinities or NaNs: the running max starts at a finite sentinel.
-#include "engine/attention.h"
+#include "kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,14 +13,14 @@
 
 #include "kvlab/error.h"
 
-namespace kvlab::attn {
+namespace kvlab::kernels::attn {
 
 namespace {
 
-constexpr float k_no_max = -3.0e38f;  // running max before any row
+constexpr float k_no_max = -3.0e38f;   // running max before any row
 constexpr float k_exp_floor = -87.0f;  // expf(-87) = 1.6e-38, the smallest normal float's order
-constexpr int k_lanes = 16;           // floats per vector
-constexpr int k_block = 64;           // key rows scored per block (k_kv vectors of keys)
+constexpr int k_lanes = 16;            // floats per vector
+constexpr int k_block = 64;            // key rows scored per block (k_kv vectors of keys)
 constexpr int k_kv = k_block / k_lanes;
 constexpr int k_tile = 16;  // query rows per work unit
 constexpr int k_mq = 4;     // query vectors per micro-tile
@@ -526,4 +526,4 @@ ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, cons
                           ud);
 }
 
-}  // namespace kvlab::attn
+}  // namespace kvlab::kernels::attn

@@ -1,6 +1,6 @@
 // Built with -ffast-math (CMakeLists.txt) so that the dot products and exp loops
 // vectorise; nothing here relies on infinities or NaNs.
-#include "press/scoring.h"
+#include "kernels/scoring.h"
 
 #include <algorithm>
 #include <array>
@@ -12,7 +12,7 @@
 
 #include "kvlab/error.h"
 
-namespace kvlab::press {
+namespace kvlab::kernels {
 
 namespace {
 
@@ -264,4 +264,4 @@ std::vector<int32_t> top_rows(const float * scores, int64_t n_rows, int64_t n) {
     return idx;
 }
 
-}  // namespace kvlab::press
+}  // namespace kvlab::kernels

@@ -1,4 +1,11 @@
-#include "model/gemm_q4_1.h"
+// kvlab's product of a Q4_1 weight matrix with a batch of activations: the arithmetic of
+// ggml's CPU mul_mat for Q4_1 (activations quantized to Q8_1 by ggml's own routine, then
+// per output ggml_vec_dot_q4_1_q8_1's exact sequence of operations), so every output is
+// bit-identical to ggml's and to libllama's, but register-blocked: a tile of 4 weight rows x 8
+// activation rows per pass, each weight block unpacked once for 8 outputs and each activation
+// block loaded once for 4. ggml's loop unpacks and loads both for every single output. Below 8
+// activation rows (decode) the weight rows go 8 at a time, two per vector register.
+// AVX-512 (F, BW, VL, VNNI) only; elsewhere available() is false and ggml_mul_mat runs.
 
 #include <algorithm>
 #include <cstring>
@@ -6,16 +13,16 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
-#include "model/packed_product.h"
-#include "model/vnni.h"
+#include "kernels/products.h"
+#include "kernels/vnni.h"
 
-namespace kvlab::gemm {
+namespace kvlab::kernels {
 
 namespace {
 
-constexpr int64_t k_qk = 32;      // values per block (QK4_1 = QK8_1)
-constexpr size_t k_w_block = 20;  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles
-constexpr size_t k_y_block = 36;  // block_q8_1: f16 d, f16 s (= d * sum of qs), 32 int8
+constexpr int64_t k_min_batch = 8;  // activation rows from which the tiled kernel runs; below, the row kernel
+constexpr size_t k_w_block = 20;    // block_q4_1: f16 d, f16 m, 16 bytes of nibbles
+constexpr size_t k_y_block = 36;    // block_q8_1: f16 d, f16 s (= d * sum of qs), 32 int8
 constexpr int k_rows = vnni::k_tile_rows;
 constexpr int k_cols = vnni::k_tile_cols;
 using vnni::padded_cols;
@@ -30,8 +37,6 @@ struct Packed {
     Packed(uint8_t * p, int64_t nb, int64_t Mp)
         : qs(p), d(reinterpret_cast<float *>(p + Mp / 2 * nb * 64)), s(d + nb * Mp) {}
 };
-
-}  // namespace
 
 size_t packed_bytes(int64_t K, int64_t M) {
     if (M < k_min_batch) return size_t(M * (K / k_qk)) * k_y_block;  // ggml's Q8_1 rows
@@ -219,16 +224,20 @@ void product(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t
 
 #endif
 
-namespace {
-constexpr gemm_common::PackedProduct k_kernel = {pack, gemm_common::product_of<product>};
+bool supports(ggml_type type) {
+    return type == GGML_TYPE_Q4_1;
+}
+
+void product_any(ggml_type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
+                 int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+    product(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+}
+
 }  // namespace
 
-bool applies(const ggml_tensor * w, const ggml_tensor * x) {
-    return available() && w->type == GGML_TYPE_Q4_1 && gemm_common::plain_operands(w, x, k_qk);
+const ProductKernel & q4_1_kernel() {
+    static const ProductKernel k = {"q4_1", k_min_batch, available, supports, packed_bytes, pack, product_any};
+    return k;
 }
 
-ggml_tensor * mul_mat_q4_1(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    return gemm_common::packed_product(ctx, w, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
-}
-
-}  // namespace kvlab::gemm
+}  // namespace kvlab::kernels

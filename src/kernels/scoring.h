@@ -1,4 +1,4 @@
-// Scoring primitives of the compression methods (PRESSES.md) on plain float arrays, so
+// Scoring primitives of the compression methods (docs/methods.md) on plain float arrays, so
 // that each is testable without a model. Row-major layouts are stated per function;
 // "higher score = more worth keeping" everywhere.
 #pragma once
@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace kvlab::press {
+namespace kvlab::kernels {
 
-// Observation-window attention of one KV head (SnapKV family, PRESSES.md steps 1-5).
+// Observation-window attention of one KV head (SnapKV family, docs/methods.md steps 1-5).
 //   q: post-RoPE queries of the last w prompt tokens: row r's group of query heads is
 //      q[r * q_stride .. + group * d) ([group][d])
 //   k: [L][d] post-RoPE keys of the L prompt tokens, in position order
@@ -18,7 +18,7 @@ namespace kvlab::press {
 std::vector<float> window_attention(const float * q, int64_t q_stride, const float * k, int64_t L, int w, int group,
                                     int d);
 
-// Pooling along the keys, stride 1, padding kernel/2, same length (PRESSES.md step 6):
+// Pooling along the keys, stride 1, padding kernel/2, same length (docs/methods.md step 6):
 // max-pool ignores the padding (pads with -inf); avg-pool divides by `kernel` everywhere
 // (count_include_pad). kernel must be odd; kernel 1 returns the input.
 enum class Pool { max, avg, none };
@@ -78,4 +78,4 @@ std::vector<float> expected_attention(const float * mu, const float * sigma, con
 // returned ascending.
 std::vector<int32_t> top_rows(const float * scores, int64_t n_rows, int64_t n);
 
-}  // namespace kvlab::press
+}  // namespace kvlab::kernels

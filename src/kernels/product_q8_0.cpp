@@ -1,4 +1,13 @@
-#include "model/gemm_q8_0.h"
+// kvlab's product of a Q8_0 or Q5_0 weight matrix with a batch of activations: the arithmetic of
+// ggml's CPU mul_mat for these types (activations quantized to Q8_0 by ggml's own routine; per
+// output, ggml_vec_dot_q8_0_q8_0's or ggml_vec_dot_q5_0_q8_0's sequence of operations, which
+// llamafile's tinyBLAS, ggml's path from 2 activation rows on, repeats per output: 8 lane sums
+// of 4 products, acc = fma(d_w * d_y, float(sum), acc) per block, ggml's hsum of the 8 lanes), so
+// every output is bit-identical to ggml's and libllama's. Register-blocked: from k_min_batch rows
+// on, tiles of 4 weight rows x 8 activation rows, each weight block unpacked once per row tile;
+// below (decode, the output head of a prefill's last row), 8 weight rows at a time, two per
+// vector register, the activation block loaded once for 8 rows.
+// AVX-512 (F, BW, VL, VNNI) only; elsewhere available() is false and ggml_mul_mat runs.
 
 #include <algorithm>
 #include <cstring>
@@ -6,15 +15,15 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
-#include "model/packed_product.h"
-#include "model/vnni.h"
+#include "kernels/products.h"
+#include "kernels/vnni.h"
 
-namespace kvlab::gemm_q8_0 {
+namespace kvlab::kernels {
 
 namespace {
 
-constexpr int64_t k_qk = 32;      // values per block (QK8_0 = QK5_0)
-constexpr size_t k_y_block = 34;  // block_q8_0: f16 d, 32 int8
+constexpr int64_t k_min_batch = 8;  // activation rows from which the tiled kernel runs; below, the row kernel
+constexpr size_t k_y_block = 34;    // block_q8_0: f16 d, 32 int8
 constexpr int k_rows = vnni::k_tile_rows;
 constexpr int k_cols = vnni::k_tile_cols;
 using vnni::padded_cols;
@@ -78,11 +87,7 @@ void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * pac
     }
 }
 
-}  // namespace
-
 #ifdef KVLAB_VNNI
-
-namespace {
 
 using vnni::f16;
 using vnni::hsum8;
@@ -238,18 +243,14 @@ void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, i
     product_of<Q5_0>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
 }
 
-}  // namespace
-
 bool available() {
     return true;
 }
 
 #else
 
-namespace {
 void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
              int) {}
-}  // namespace
 
 bool available() {
     return false;
@@ -257,25 +258,15 @@ bool available() {
 
 #endif
 
-namespace {
-
-void product_of(const ggml_tensor * w, const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith,
-                int nth) {
-    product(w->type, static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], w->ne[1], packed, M, dst, dst_stride,
-            ith, nth);
+bool supports(ggml_type type) {
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0;
 }
-
-constexpr gemm_common::PackedProduct k_kernel = {pack, product_of};
 
 }  // namespace
 
-bool applies(const ggml_tensor * w, const ggml_tensor * x) {
-    return available() && (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q5_0) &&
-           gemm_common::plain_operands(w, x, k_qk);
+const ProductKernel & q8_0_kernel() {
+    static const ProductKernel k = {"q8_0", k_min_batch, available, supports, packed_bytes, pack, product};
+    return k;
 }
 
-ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    return gemm_common::packed_product(ctx, w, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
-}
-
-}  // namespace kvlab::gemm_q8_0
+}  // namespace kvlab::kernels

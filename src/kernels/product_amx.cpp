@@ -1,4 +1,18 @@
-#include "model/gemm_amx.h"
+// kvlab's own arithmetic for the products of Q4_1, Q5_0 and Q8_0 weights, built for Intel AMX:
+// activations quantized by ggml's own routine (quantize_row_q8_1 for Q4_1, whose bytes and
+// scale quantize_row_q8_0 shares for the other two), then per output and per 32-value block ONE
+// exact integer sum of the block's 32 products, and in block order
+//     Q4_1:        acc = fma(d_w * d_y, float(sum), acc);  acc = fma(m_w, s_y, acc)
+//     Q5_0, Q8_0:  acc = fma(d_w * d_y, float(sum), acc)
+// (ggml sums each block in 8 lanes of 4 products, each lane its own float chain, and for Q4_1
+// adds the minima's chain at the end: the same terms, rounded in another order; a few float ulps
+// apart). The weights enter the integer units as unsigned bytes, value + offset (0 for Q4_1's
+// nibbles, 16 for Q5_0, 128 for Q8_0), and offset x the block's exact activation sum is taken off
+// each integer sum, which stays exact. The integer block sums come from AMX tiles (TDPBSUD, 16
+// activation rows x 16 weight rows x one block per instruction) from k_min_batch rows on, and from
+// AVX-512 VNNI below (decode), both with the same operations per output: every output has the same
+// bits whatever the batch size, the chunk or the thread count.
+//
 
 // GCC 12 reads the self-initialized value of _mm512_undefined_*() inside the intrinsics as
 // "maybe uninitialized" once they are inlined here: a false positive.
@@ -12,10 +26,9 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "kernels/products.h"
+#include "kernels/vnni.h"
 #include "kvlab/error.h"
-#include "kvlab/model.h"
-#include "model/packed_product.h"
-#include "model/vnni.h"
 
 #if defined(KVLAB_VNNI) && defined(__AVX512BITALG__) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && \
     defined(__linux__)
@@ -24,13 +37,13 @@
 #include <unistd.h>
 #endif
 
-namespace kvlab::gemm_amx {
+namespace kvlab::kernels {
 
 namespace {
 
-constexpr int64_t k_qk = 32;  // values per block (QK4_1 = QK5_0 = QK8_0 = QK8_1)
-constexpr int k_panel = 16;   // weight rows per panel: one AMX tile's columns, one zmm's lanes
-constexpr int k_rows = 16;    // activation rows per AMX tile
+constexpr int64_t k_min_batch = 16;  // activation rows from which the AMX tiles run; below, AVX-512 VNNI
+constexpr int k_panel = 16;          // weight rows per panel: one AMX tile's columns, one zmm's lanes
+constexpr int k_rows = 16;           // activation rows per AMX tile
 
 int64_t padded_rows(int64_t M) {
     return M < k_min_batch ? M : (M + k_rows - 1) / k_rows * k_rows;
@@ -51,10 +64,6 @@ struct Packed {
           s(d + K / k_qk * Mp),
           q(reinterpret_cast<const int32_t *>(s + K / k_qk * Mp)) {}
 };
-
-std::atomic<int> g_mode{-1};  // -1: not chosen yet (auto)
-
-}  // namespace
 
 bool supports(ggml_type type) {
     return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q8_0;
@@ -247,6 +256,21 @@ struct Q8_0 {  // block_q8_0: f16 d, 32 int8
     }
 };
 
+// For each block ib of 16 rows (w: row 0's first block), in order: f(ib, values, scalars), the
+// values as W::values gives them; each block's scalars read a block ahead (see Scalars).
+template <class W, class F>
+inline void for_each_block(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, F && f) {
+    Scalars s[2];
+    s[0].read<W>(w, w_row_bytes, R);
+    __m512i v[8];
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const Scalars & cur = s[ib % 2];
+        if (ib + 1 < nb) s[(ib + 1) % 2].read<W>(w + (ib + 1) * W::block, w_row_bytes, R);
+        W::values(w + ib * W::block, w_row_bytes, R, cur, v);
+        f(ib, v, cur);
+    }
+}
+
 // A panel of 16 weight rows unpacked for the AMX tiles: per block the 8 vectors end to end (one
 // B tile), and the rows' scales and minima, [nb][16] each.
 struct Panel {
@@ -258,17 +282,11 @@ struct Panel {
         q.resize(size_t(nb) * 512);
         d.resize(size_t(nb) * k_panel);
         m.resize(size_t(nb) * k_panel);
-        Scalars s[2];
-        s[0].read<W>(w, w_row_bytes, R);
-        __m512i v[8];
-        for (int64_t ib = 0; ib < nb; ++ib) {
-            const Scalars & cur = s[ib % 2];
-            if (ib + 1 < nb) s[(ib + 1) % 2].read<W>(w + (ib + 1) * W::block, w_row_bytes, R);
-            W::values(w + ib * W::block, w_row_bytes, R, cur, v);
+        for_each_block<W>(w, w_row_bytes, R, nb, [&](int64_t ib, const __m512i(&v)[8], const Scalars & s) {
             for (int g = 0; g < 8; ++g) _mm512_storeu_si512(&q[size_t(ib) * 512 + g * 64], v[g]);
-            _mm512_store_ps(&d[ib * k_panel], cur.d());
-            _mm512_store_ps(&m[ib * k_panel], cur.m());
-        }
+            _mm512_store_ps(&d[ib * k_panel], s.d());
+            _mm512_store_ps(&m[ib * k_panel], s.m());
+        });
     }
 };
 
@@ -294,14 +312,8 @@ void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const P
                float * dst, int64_t dst_stride) {
     __m512 acc[k_min_batch];
     for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
-    Scalars s[2];
-    s[0].read<W>(w, w_row_bytes, R);
-    __m512i q[8];
-    for (int64_t ib = 0; ib < nb; ++ib) {
-        const Scalars & cur = s[ib % 2];
-        if (ib + 1 < nb) s[(ib + 1) % 2].read<W>(w + (ib + 1) * W::block, w_row_bytes, R);
-        W::values(w + ib * W::block, w_row_bytes, R, cur, q);
-        const __m512 dw = cur.d(), mw = W::minima ? cur.m() : _mm512_setzero_ps();
+    for_each_block<W>(w, w_row_bytes, R, nb, [&](int64_t ib, const __m512i(&q)[8], const Scalars & s) {
+        const __m512 dw = s.d(), mw = W::minima ? s.m() : _mm512_setzero_ps();
         for (int64_t mrow = 0; mrow < M; ++mrow) {
             int32_t g4[8];
             std::memcpy(g4, y.qs + mrow * K + ib * k_qk, 32);
@@ -309,7 +321,7 @@ void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const P
             for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, q[g], _mm512_set1_epi32(g4[g]));
             acc[mrow] = step<W>(acc[mrow], sum, dw, mw, y.d[ib * M + mrow], y.s[ib * M + mrow], y.q[ib * M + mrow]);
         }
-    }
+    });
     for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
 }
 
@@ -488,7 +500,7 @@ void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, i
         case GGML_TYPE_Q8_0:
             return product_of<Q8_0>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         default:
-            throw Error("internal", std::string("gemm_amx: no kernel for ") + ggml_type_name(type));
+            throw Error("internal", std::string("[products] amx: no kernel for ") + ggml_type_name(type));
     }
 }
 
@@ -504,89 +516,11 @@ void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t
 
 #endif
 
-Mode parse_mode(const std::string & name) {
-    if (name == "ggml") return Mode::ggml;
-    if (name == "auto") return available() ? Mode::amx : Mode::ggml;
-    if (name == "amx") {
-        if (!available())
-            throw Error("cli",
-                        "--products amx: this CPU or kernel has no AMX-INT8 tiles (or kvlab was built without "
-                        "them); use auto or ggml");
-        return Mode::amx;
-    }
-    throw Error("cli", "--products takes auto, ggml or amx, got '" + name + "'");
-}
-
-const char * mode_name(Mode m) {
-    return m == Mode::amx ? "amx" : "ggml";
-}
-
-void set_mode(Mode m) {
-    g_mode.store(int(m));
-}
-
-Mode mode() {
-    const int m = g_mode.load();
-    if (m >= 0) return Mode(m);
-    return available() ? Mode::amx : Mode::ggml;
-}
-
-namespace {
-void product_op(const ggml_tensor * w, const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith,
-                int nth) {
-    product(w->type, static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], w->ne[1], packed, M, dst, dst_stride,
-            ith, nth);
-}
-constexpr gemm_common::PackedProduct k_kernel = {pack, product_op};
-
-// Fewer than k_min_batch activation rows (decode): every thread quantizes them itself, into its
-// own buffer (a few hundred nanoseconds for a row), then takes its share of the weight rows: one
-// graph node, where a pack node would add a step that one thread runs while the others wait at
-// two barriers. The same bytes as pack writes, so the same bits.
-void op_direct(ggml_tensor * dst, int ith, int nth, void *) {
-    const ggml_tensor * w = dst->src[0];
-    const ggml_tensor * x = dst->src[1];
-    const int64_t K = x->ne[0], M = x->ne[1];
-    thread_local std::vector<uint8_t> packed;
-    packed.resize(packed_bytes(K, M));
-    pack(static_cast<const float *>(x->data), K, M, int64_t(x->nb[1] / sizeof(float)), packed.data(), 0, 1);
-    product_op(w, packed.data(), M, static_cast<float *>(dst->data), int64_t(dst->nb[1] / sizeof(float)), ith, nth);
-}
-
-ggml_tensor * direct(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    ggml_tensor * args[2] = {w, x};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 2, op_direct, GGML_N_TASKS_MAX, nullptr);
-}
 }  // namespace
 
-bool applies(const ggml_tensor * w, const ggml_tensor * x) {
-    return mode() == Mode::amx && supports(w->type) && gemm_common::plain_operands(w, x, k_qk);
+const ProductKernel & amx_kernel() {
+    static const ProductKernel k = {"amx", k_min_batch, available, supports, packed_bytes, pack, product};
+    return k;
 }
 
-ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    if (x->ne[1] < k_min_batch) return direct(ctx, w, x);
-    return gemm_common::packed_product(ctx, w, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
-}
-
-void mul_mats(ggml_context * ctx, ggml_tensor * const * w, ggml_tensor ** out, int n, ggml_tensor * x) {
-    if (x->ne[1] < k_min_batch) {
-        for (int i = 0; i < n; ++i) out[i] = direct(ctx, w[i], x);
-        return;
-    }
-    ggml_tensor * packed = gemm_common::pack_node(ctx, x, packed_bytes(x->ne[0], x->ne[1]), k_kernel);
-    for (int i = 0; i < n; ++i) out[i] = gemm_common::product_node(ctx, w[i], packed, x, k_kernel);
-}
-
-}  // namespace kvlab::gemm_amx
-
-namespace kvlab {
-
-void set_products(const std::string & name) {
-    gemm_amx::set_mode(gemm_amx::parse_mode(name));
-}
-
-const char * products_name() {
-    return gemm_amx::mode_name(gemm_amx::mode());
-}
-
-}  // namespace kvlab
+}  // namespace kvlab::kernels

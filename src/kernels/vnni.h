@@ -1,4 +1,4 @@
-// Helpers shared by kvlab's quantized product kernels (gemm_q4_1.cpp, gemm_q8_0.cpp): the tile
+// Helpers shared by kvlab's quantized product kernels (product_q4_1.cpp, product_q8_0.cpp, product_amx.cpp): the tile
 // geometry and the loops that split a product over threads; the pieces of ggml's x86 dot products
 // they reproduce to the bit, compiled where the CPU has AVX-512 (F, BW, VL) with VNNI (KVLAB_VNNI).
 #pragma once
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace kvlab::vnni {
+namespace kvlab::kernels::vnni {
 
 constexpr int k_tile_rows = 4;  // weight rows per register tile
 constexpr int k_tile_cols = 8;  // activation rows per tile: 4 pairs, one pair per zmm
@@ -68,7 +68,7 @@ void for_each_row_group(int64_t N, int64_t M, int ith, int nth, Rows8 && rows8, 
         }
 }
 
-}  // namespace kvlab::vnni
+}  // namespace kvlab::kernels::vnni
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define KVLAB_VNNI 1
@@ -77,7 +77,7 @@ void for_each_row_group(int64_t N, int64_t M, int ith, int nth, Rows8 && rows8, 
 #include <cstdint>
 #include <cstring>
 
-namespace kvlab::vnni {
+namespace kvlab::kernels::vnni {
 
 // ggml's hsum_float_8: (a4+a0, a5+a1, a6+a2, a7+a3) -> (h0+h2, h1+h3) -> g0+g1.
 inline float hsum8(const float * a) {
@@ -116,6 +116,6 @@ struct PairSelect {
     }
 };
 
-}  // namespace kvlab::vnni
+}  // namespace kvlab::kernels::vnni
 
 #endif

@@ -1,18 +1,11 @@
-// SHA-256 (OpenSSL EVP) with a file-hash cache, system facts from /proc and /etc, a steady
-// clock, and peak-RSS reset.
-#include "kvlab/sys.h"
-
+// SHA-256 (OpenSSL EVP), of memory and of files, with a cache of file hashes keyed by size and
+// mtime in cache_dir().
 #include <openssl/evp.h>
-#include <sched.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,43 +14,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "kvlab/cpu_share.h"
 #include "kvlab/error.h"
+#include "kvlab/sys.h"
 
 namespace kvlab {
 
 namespace {
-
-std::string trim(const std::string & s) {
-    const size_t b = s.find_first_not_of(" \t\r\n");
-    if (b == std::string::npos) return "";
-    const size_t e = s.find_last_not_of(" \t\r\n");
-    return s.substr(b, e - b + 1);
-}
-
-// Value of the first "key<sep>value" line of a file, trimmed; empty if absent.
-std::string find_field(const std::string & path, const std::string & key, char sep) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-        const size_t p = line.find(sep);
-        if (p == std::string::npos) continue;
-        if (trim(line.substr(0, p)) == key) return trim(line.substr(p + 1));
-    }
-    return "";
-}
-
-uint64_t kb_field_bytes(const std::string & status, const char * key) {
-    const size_t p = status.find(key);
-    if (p == std::string::npos) throw Error("sys", std::string("no ") + key + " in /proc/self/status");
-    return std::stoull(status.substr(p + std::char_traits<char>::length(key))) * 1024;  // "  1234 kB"
-}
-
-// -1: no reset attempted yet, 0: the last reset failed, 1: the last reset worked.
-std::atomic<int> g_peak_reset_state{-1};
 
 struct FileStamp {
     uint64_t size;
@@ -110,7 +73,6 @@ void store_hash_cache(const std::string & file, const nlohmann::json & j) {
     }
     if (std::rename(tmp.c_str(), file.c_str()) != 0) std::remove(tmp.c_str());
 }
-
 }  // namespace
 
 Sha256::Sha256() : md_ctx_(EVP_MD_CTX_new()) {
@@ -192,92 +154,6 @@ std::string sha256_file_cached(const std::string & path) {
         store_hash_cache(file, cache);
     }
     return hex;
-}
-
-std::string cpu_model() {
-    std::string m = find_field("/proc/cpuinfo", "model name", ':');
-    if (m.empty()) m = find_field("/proc/cpuinfo", "Hardware", ':');  // some ARM kernels
-    return m.empty() ? "unknown" : m;
-}
-
-int n_cpus() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    const unsigned n = std::thread::hardware_concurrency();
-    return n > 0 ? int(n) : 1;
-}
-
-int idle_cpus(double sample_seconds) {
-    const int n = n_cpus();
-    const CpuReading a = read_cpu();
-    std::this_thread::sleep_for(std::chrono::duration<double>(sample_seconds));
-    const int busy = int(std::lround(others_busy_cores(a, read_cpu())));
-    return std::clamp(n - busy, 1, n);
-}
-
-std::string shell_quote(const std::string & s) {
-    std::string out = "'";
-    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
-MemInfo mem_info() {
-    std::ifstream in("/proc/self/status");
-    if (!in) throw Error("sys", "cannot read /proc/self/status");
-    const std::string status((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return MemInfo{kb_field_bytes(status, "VmRSS:"), kb_field_bytes(status, "VmHWM:")};
-}
-
-void reset_peak_rss() {
-    bool ok = false;
-    {
-        std::ofstream out("/proc/self/clear_refs");
-        out << "5";
-        out.flush();
-        ok = bool(out);
-    }
-    if (ok) {
-        // Some kernels (or sandboxes) accept the write but do not reset VmHWM: check that the peak
-        // now sits at the current RSS (slack for allocations racing with this check).
-        const MemInfo m = mem_info();
-        ok = m.peak_rss_bytes <= m.rss_bytes + (16u << 20);
-    }
-    g_peak_reset_state.store(ok ? 1 : 0);
-}
-
-bool peak_rss_resettable() {
-    const int s = g_peak_reset_state.load();
-    if (s >= 0) return s == 1;
-    return access("/proc/self/clear_refs", W_OK) == 0;
-}
-
-void advise_huge_pages(void * p, size_t n) {
-    const auto base = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t page = 4096, begin = (base + page - 1) / page * page, end = (base + n) / page * page;
-    if (p && end > begin) madvise(reinterpret_cast<void *>(begin), end - begin, MADV_HUGEPAGE);
-}
-
-double now_seconds() {
-    using clock = std::chrono::steady_clock;
-    return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
-
-std::string hostname() {
-    char buf[256] = {};
-    if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-    return buf;
-}
-
-std::string os_release() {
-    for (const char * path : {"/etc/os-release", "/usr/lib/os-release"}) {
-        std::string v = find_field(path, "PRETTY_NAME", '=');
-        if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) {
-            v = v.substr(1, v.size() - 2);
-        }
-        if (!v.empty()) return v;
-    }
-    return "unknown";
 }
 
 }  // namespace kvlab

@@ -1,0 +1,146 @@
+#include "kernels/products.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "kvlab/error.h"
+
+namespace kvlab {
+
+Products default_products() {
+    return amx_available() ? Products::amx : Products::ggml;
+}
+
+Products parse_products(const std::string & name) {
+    if (name == "ggml") return Products::ggml;
+    if (name == "auto") return default_products();
+    if (name == "amx") {
+        if (!amx_available())
+            throw Error("cli",
+                        "--products amx: this CPU or kernel has no AMX-INT8 tiles (or kvlab was built without "
+                        "them); use auto or ggml");
+        return Products::amx;
+    }
+    throw Error("cli", "--products takes auto, ggml or amx, got '" + name + "'");
+}
+
+const char * products_name(Products p) {
+    return p == Products::amx ? "amx" : "ggml";
+}
+
+bool amx_available() {
+    return kernels::amx_kernel().available();
+}
+
+}  // namespace kvlab
+
+namespace kvlab::kernels {
+
+namespace {
+
+// The kernels are static objects: the graph nodes keep their addresses as userdata.
+const ProductKernel & of(void * userdata) {
+    return *static_cast<const ProductKernel *>(userdata);
+}
+
+void * userdata(const ProductKernel & k) {
+    return const_cast<ProductKernel *>(&k);
+}
+
+int64_t row_stride(const ggml_tensor * t) {  // floats between rows
+    return int64_t(t->nb[1] / sizeof(float));
+}
+
+void run_product(const ProductKernel & k, const ggml_tensor * w, const uint8_t * packed, int64_t M, ggml_tensor * dst,
+                 int ith, int nth) {
+    k.product(w->type, static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], w->ne[1], packed, M,
+              static_cast<float *>(dst->data), row_stride(dst), ith, nth);
+}
+
+// src: x
+void op_pack(ggml_tensor * dst, int ith, int nth, void * ud) {
+    const ggml_tensor * x = dst->src[0];
+    of(ud).pack(static_cast<const float *>(x->data), x->ne[0], x->ne[1], row_stride(x),
+                static_cast<uint8_t *>(dst->data), ith, nth);
+}
+
+// src: w, packed x, x
+void op_product(ggml_tensor * dst, int ith, int nth, void * ud) {
+    run_product(of(ud), dst->src[0], static_cast<const uint8_t *>(dst->src[1]->data), dst->src[2]->ne[1], dst, ith,
+                nth);
+}
+
+// src: w, x. Fewer than min_batch activation rows (decode): every thread quantizes them itself,
+// into its own buffer (a few hundred nanoseconds for a row), then takes its share of the weight
+// rows: one node, where a pack node would add a step that one thread runs while the others wait
+// at two barriers. The same bytes as the pack node writes, so the same bits.
+void op_direct(ggml_tensor * dst, int ith, int nth, void * ud) {
+    const ProductKernel & k = of(ud);
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * x = dst->src[1];
+    const int64_t K = x->ne[0], M = x->ne[1];
+    thread_local std::vector<uint8_t> packed;
+    packed.resize(k.packed_bytes(K, M));
+    k.pack(static_cast<const float *>(x->data), K, M, row_stride(x), packed.data(), 0, 1);
+    run_product(k, w, packed.data(), M, dst, ith, nth);
+}
+
+ggml_tensor * pack_node(ggml_context * ctx, const ProductKernel & k, ggml_tensor * x) {
+    ggml_tensor * src[1] = {x};
+    return ggml_custom_4d(ctx, GGML_TYPE_I8, int64_t(k.packed_bytes(x->ne[0], x->ne[1])), 1, 1, 1, src, 1, op_pack,
+                          GGML_N_TASKS_MAX, userdata(k));
+}
+
+ggml_tensor * product_node(ggml_context * ctx, const ProductKernel & k, ggml_tensor * w, ggml_tensor * packed,
+                           ggml_tensor * x) {
+    ggml_tensor * src[3] = {w, packed, x};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, src, 3, op_product, GGML_N_TASKS_MAX,
+                          userdata(k));
+}
+
+ggml_tensor * direct_node(ggml_context * ctx, const ProductKernel & k, ggml_tensor * w, ggml_tensor * x) {
+    ggml_tensor * src[2] = {w, x};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, src, 2, op_direct, GGML_N_TASKS_MAX,
+                          userdata(k));
+}
+
+bool plain_operands(const ggml_tensor * w, const ggml_tensor * x) {
+    return ggml_n_dims(w) == 2 && w->ne[0] % k_qk == 0 && w->buffer && ggml_backend_buffer_is_host(w->buffer) &&
+           !w->extra && x->type == GGML_TYPE_F32 && x->ne[2] == 1 && x->ne[3] == 1 && x->ne[0] == w->ne[0] &&
+           x->nb[0] == sizeof(float) && x->ne[1] >= 1;
+}
+
+}  // namespace
+
+const ProductKernel * product_kernel(Products products, const ggml_tensor * w, const ggml_tensor * x) {
+    if (!plain_operands(w, x)) return nullptr;
+    const ProductKernel * candidates[2] = {&q4_1_kernel(), &q8_0_kernel()};
+    if (products == Products::amx) candidates[0] = candidates[1] = &amx_kernel();
+    for (const ProductKernel * k : candidates)
+        if (k->available() && k->supports(w->type)) return k;
+    return nullptr;
+}
+
+ggml_tensor * mul_mat(ggml_context * ctx, Products products, ggml_tensor * w, ggml_tensor * x) {
+    const ProductKernel * k = product_kernel(products, w, x);
+    if (!k) return ggml_mul_mat(ctx, w, x);
+    if (x->ne[1] < k->min_batch) return direct_node(ctx, *k, w, x);
+    return product_node(ctx, *k, w, pack_node(ctx, *k, x), x);
+}
+
+void mul_mats(ggml_context * ctx, Products products, ggml_tensor * const * w, ggml_tensor ** out, int n,
+              ggml_tensor * x) {
+    const ProductKernel * k = product_kernel(products, w[0], x);
+    const bool shared = k && x->ne[1] >= k->min_batch && std::all_of(w + 1, w + n, [&](const ggml_tensor * wi) {
+                            return product_kernel(products, wi, x) == k;
+                        });
+    if (!shared) {
+        for (int i = 0; i < n; ++i) out[i] = mul_mat(ctx, products, w[i], x);
+        return;
+    }
+    ggml_tensor * packed = pack_node(ctx, *k, x);
+    for (int i = 0; i < n; ++i) out[i] = product_node(ctx, *k, w[i], packed, x);
+}
+
+}  // namespace kvlab::kernels

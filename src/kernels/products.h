@@ -1,0 +1,56 @@
+// kvlab's quantized weight products (docs/kernels.md): three kernels behind one descriptor, and
+// the graph nodes that run them. Every kernel packs the activations once (quantized by ggml's own
+// routine and laid out for it), then multiplies the weight rows:
+//   q4_1_kernel(): Q4_1 weights, ggml's arithmetic (product_q4_1.cpp);
+//   q8_0_kernel(): Q8_0 and Q5_0 weights, ggml's arithmetic (product_q8_0.cpp);
+//   amx_kernel():  Q4_1, Q5_0 and Q8_0 weights, kvlab's block order (product_amx.cpp).
+// Under Products::ggml the first two run (bit-identical to ggml_mul_mat), under Products::amx the
+// third; where none applies (another type, a repacked weight, a CPU without AVX-512 VNNI) ggml's
+// own mul_mat runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ggml.h"
+#include "kvlab/kernels.h"
+
+namespace kvlab::kernels {
+
+constexpr int64_t k_qk = 32;  // values per block of every supported type (QK4_1 = QK5_0 = QK8_0 = QK8_1)
+
+struct ProductKernel {
+    const char * name;
+    // Activation rows from which the batch layout and kernel run; below, each thread quantizes
+    // the rows for itself inside the product's node (decode: no pack node between two barriers).
+    int64_t min_batch;
+    bool (*available)();  // compiled for, and running on, a CPU with what the kernel needs
+    bool (*supports)(ggml_type type);
+    size_t (*packed_bytes)(int64_t K, int64_t M);
+    // x's M rows of K floats (row stride x_stride floats) quantized and laid out in
+    // packed_bytes(K, M) bytes; rows split over nth threads.
+    void (*pack)(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth);
+    // dst[m * dst_stride + n] = (w x)[n][m] for the N rows of w (K values of `type`, w_row_bytes
+    // apart); weight rows split over nth threads.
+    void (*product)(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
+                    int64_t M, float * dst, int64_t dst_stride, int ith, int nth);
+};
+
+const ProductKernel & q4_1_kernel();
+const ProductKernel & q8_0_kernel();
+const ProductKernel & amx_kernel();
+
+// The kernel that runs w x under `products`, or nullptr where ggml_mul_mat runs: one that is
+// available and supports w's type, w 2-D in a plain host buffer (not repacked), x F32 2-D with
+// contiguous rows as long as w's.
+const ProductKernel * product_kernel(Products products, const ggml_tensor * w, const ggml_tensor * x);
+
+// w [K, N] (any type) times x F32 [K, M] -> F32 [N, M]: ggml_mul_mat's result, computed by
+// product_kernel(products, w, x) where one applies.
+ggml_tensor * mul_mat(ggml_context * ctx, Products products, ggml_tensor * w, ggml_tensor * x);
+// out[i] = w[i] x for n weights: x packed once when one kernel runs every product (q, k, v;
+// gate, up).
+void mul_mats(ggml_context * ctx, Products products, ggml_tensor * const * w, ggml_tensor ** out, int n,
+              ggml_tensor * x);
+
+}  // namespace kvlab::kernels
