@@ -11,19 +11,7 @@ int run_methods(bool json) {
     const auto methods = press_methods();
     if (json) {
         nlohmann::json j = nlohmann::json::array();
-        for (const MethodInfo & m : methods) {
-            nlohmann::json params = nlohmann::json::array();
-            for (const ParamSpec & p : m.params)
-                params.push_back({{"name", p.name}, {"default", p.def}, {"help", p.help}, {"choices", p.choices}});
-            j.push_back({{"name", m.name},
-                         {"summary", m.summary},
-                         {"wrapper", m.wrapper},
-                         {"scores_from_prefill", m.observes},
-                         {"params", params},
-                         {"kvpress_preset", m.kvpress_params},
-                         {"differs_from_kvpress_under_preset", m.kvpress_differs},
-                         {"defaults_differ_from_kvpress", m.defaults_differ}});
-        }
+        for (const MethodInfo & m : methods) j.push_back(m.to_json());
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
     }

@@ -1,5 +1,6 @@
 // kvlab serve MODEL [--host H] [--port P] [--api-key K] [--parallel N] [--kv-budget BYTES]
 // [--store DIR]: the HTTP server (src/server). Stops cleanly on SIGINT / SIGTERM.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -54,6 +55,10 @@ int run_serve(ServeArgs & a) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     signal(SIGPIPE, SIG_IGN);
+    // Request bodies of up to --max-body are freed when answered: from a fixed size on they are
+    // their own mappings, returned to the system at once (glibc raises this threshold to the
+    // largest block freed, after which every worker thread's arena would keep its last body).
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
     a.o.kv_budget = parse_bytes(a.kv_budget);
     Loaded l = load(a.model, a.kernels.options(a.threads));
@@ -109,7 +114,22 @@ const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
                     "folder of the stored contexts' cache files (default ~/.cache/kvlab/contexts)");
     cmd->add_option("--max-body", a->o.max_body, "largest request body in bytes; larger get 413")
         ->capture_default_str();
-    cmd->add_option("--timeout", a->o.io_timeout_s, "socket read / write timeout in seconds")->capture_default_str();
+    cmd->add_option("--timeout", a->o.io_timeout_s, "socket write timeout in seconds (a client that stops reading)")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    cmd->add_option("--read-timeout", a->o.read_timeout_s,
+                    "socket read timeout in seconds (a client that stops sending its request)")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    cmd->add_option("--max-connections", a->o.max_connections,
+                    "open connections in all; past it the newest still waiting for a request (0.5 s) are closed, "
+                    "and 8 reserve workers keep /health and /metrics answering")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    cmd->add_option("--max-connections-per-client", a->o.max_per_client,
+                    "open connections from one client address; past it the same rule")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
     add_chunk_option(cmd, a->chunk);

@@ -69,6 +69,9 @@ struct MethodInfo {
     // What kvlab's own defaults do where kvpress does otherwise, and whose rule they are (the
     // paper's reference code); "" when the defaults are kvpress's rules.
     std::string defaults_differ;
+    // name, summary, wrapper, scores_from_prefill, params [{name, default, help, choices}],
+    // kvpress_preset, differs_from_kvpress_under_preset, defaults_differ_from_kvpress
+    nlohmann::json to_json() const;
 };
 
 // Extra tokens a method has the engine prefill on top of the prefilled context (KVzip's

@@ -63,6 +63,20 @@ ParamMap apply_preset(const std::string & preset, const std::string & method, co
     return out;
 }
 
+nlohmann::json MethodInfo::to_json() const {
+    nlohmann::json ps = nlohmann::json::array();
+    for (const ParamSpec & p : params)
+        ps.push_back({{"name", p.name}, {"default", p.def}, {"help", p.help}, {"choices", p.choices}});
+    return {{"name", name},
+            {"summary", summary},
+            {"wrapper", wrapper},
+            {"scores_from_prefill", observes},
+            {"params", ps},
+            {"kvpress_preset", kvpress_params},
+            {"differs_from_kvpress_under_preset", kvpress_differs},
+            {"defaults_differ_from_kvpress", defaults_differ}};
+}
+
 std::vector<MethodInfo> press_methods() {
     std::vector<MethodInfo> v;
     for (const press::Registration * r : press::all_methods()) {

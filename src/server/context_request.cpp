@@ -1,5 +1,7 @@
 #include "server/context_request.h"
 
+#include <algorithm>
+
 #include "server/api_error.h"
 #include "server/openai.h"
 
@@ -29,7 +31,17 @@ ContextRequest parse_context_request(const nlohmann::json & b) {
         if (b.contains(key) && !b[key].is_null() && !b[key].is_string())
             throw ApiError(400, std::string("'") + key + "' must be a string", key);
     r.name = b.contains("name") && b["name"].is_string() ? b["name"].get<std::string>() : "";
+    if (r.name.size() > k_max_name_bytes)
+        throw ApiError(400, "'name' is longer than " + std::to_string(k_max_name_bytes) + " bytes", "name");
     r.method = b.contains("method") && b["method"].is_string() ? b["method"].get<std::string>() : "none";
+    const std::vector<MethodInfo> methods = press_methods();
+    if (r.method != "none" &&  // an unknown method is named before its budget is checked
+        std::none_of(methods.begin(), methods.end(), [&](const MethodInfo & m) { return m.name == r.method; })) {
+        std::string known = "none";
+        for (const MethodInfo & m : methods) known += ", " + m.name;
+        throw ApiError(400, "unknown method '" + r.method.substr(0, 64) + "' (methods: " + known + ")", "method",
+                       "unknown_method");
+    }
     r.preset = b.contains("preset") && b["preset"].is_string() ? b["preset"].get<std::string>() : "";
     if (!r.preset.empty() && r.preset != "kvpress") throw ApiError(400, "'preset' can only be \"kvpress\"", "preset");
     const bool ratio = b.contains("ratio") && !b["ratio"].is_null(),

@@ -12,6 +12,8 @@
 
 namespace kvlab::server {
 
+constexpr size_t k_max_name_bytes = 256;  // a context's optional name
+
 struct ContextRequest {
     std::string text, name, method = "none", preset;
     std::vector<ChatMessage> before;

@@ -29,6 +29,13 @@ bool valid_context_id(const std::string & s) {
     return true;
 }
 
+ApiError unknown_context(const std::string & id, const std::string & param) {
+    if (!valid_context_id(id))
+        return ApiError(400, "'" + param + "' must be a context id: 1 to 64 letters, digits, '-' or '_'", param,
+                        "invalid_context_id");
+    return ApiError(404, "no context '" + id + "'", param, "context_not_found");
+}
+
 ContextStore::ContextStore(const Model & model, std::string dir, uint64_t kv_budget)
     : model_(model), dir_(std::move(dir)), budget_(kv_budget) {
     std::error_code ec;
@@ -52,6 +59,13 @@ ContextStore::ContextStore(const Model & model, std::string dir, uint64_t kv_bud
                 continue;
             }
             if (!valid_context_id(id)) continue;
+            // a context is its file's name; a copied or renamed file holds another id
+            const std::string inside = content.context.value("id", "");
+            if (inside != id) {
+                std::fprintf(stderr, "[serve] %s: holds context '%s' (a copied or renamed file); not served\n",
+                             name.c_str(), inside.c_str());
+                continue;
+            }
             auto entry = std::make_shared<Entry>();
             auto info = std::make_shared<ContextInfo>();
             info->id = id;
@@ -130,7 +144,15 @@ std::shared_ptr<const KvStore> ContextStore::rows(const std::string & id, double
         if (e->rows) return e->rows;  // another request read it meanwhile
     }
     const double t0 = now_seconds();
-    LoadedCacheFile f = load_cache_file(e->info->path, model_, 0);
+    LoadedCacheFile f = [&] {
+        try {
+            return load_cache_file(e->info->path, model_, 0);
+        } catch (const Error & err) {  // the server's fault, not the client's: logged with the path, not sent
+            std::fprintf(stderr, "[serve] context %s: %s\n", id.c_str(), err.what());
+            throw ApiError(500, "the stored context '" + id + "' could not be read (the server's log says why)",
+                           "context", "context_unreadable");
+        }
+    }();
     auto rows = std::make_shared<const KvStore>(std::move(f.cache));
     *load_s = now_seconds() - t0;
     std::lock_guard<std::mutex> lock(mu_);

@@ -16,6 +16,7 @@
 #include "kvlab/cache_file.h"
 #include "kvlab/model.h"
 #include "kvlab/text.h"
+#include "server/api_error.h"
 
 namespace kvlab::server {
 
@@ -79,5 +80,8 @@ private:
 std::string new_context_id();
 // Whether s can be a context id (letters, digits, '-', '_'; 1 to 64 of them).
 bool valid_context_id(const std::string & s);
+// The error for a context id that names nothing: 404 naming a well-formed id; 400 for a malformed
+// one, not echoed (it may be huge or hold NULs). param: the request field or path part.
+ApiError unknown_context(const std::string & id, const std::string & param);
 
 }  // namespace kvlab::server

@@ -77,8 +77,10 @@ std::string Metrics::render(const std::vector<std::tuple<std::string, std::strin
     s += ttft_.render("kvlab_time_to_first_token_seconds",
                       "Request received to first token sampled (queue, context load and copy, query prefill).");
     s += decode_.render("kvlab_decode_seconds_per_token", "Decode time per generated token after the first.");
-    for (const auto & [name, help, value] : gauges)
-        s += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + num(value) + "\n";
+    for (const auto & [name, help, value] : gauges) {  // Prometheus' rule: a name ending in _total counts
+        const char * type = name.ends_with("_total") ? " counter\n" : " gauge\n";
+        s += "# HELP " + name + " " + help + "\n# TYPE " + name + type + name + " " + num(value) + "\n";
+    }
     return s;
 }
 

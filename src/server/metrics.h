@@ -32,7 +32,8 @@ public:
     void ttft(double seconds);
     void decode_per_token(double seconds);
     void tokens(int64_t prompt, int64_t generated);
-    // The whole exposition; gauges as (name, help, value).
+    // The whole exposition; the caller's figures as (name, help, value), read when scraped: a
+    // counter when the name ends in _total (a count the caller only ever increments), else a gauge.
     std::string render(const std::vector<std::tuple<std::string, std::string, double>> & gauges) const;
 
 private:

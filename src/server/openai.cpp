@@ -84,11 +84,20 @@ CompletionRequest parse_completion_request(const nlohmann::json & b, bool chat) 
         else
             throw bad("prompt", "must be a string");
     }
-    if (b.contains("context") && !b["context"].is_null()) {
-        if (!b["context"].is_string()) throw bad("context", "must be a context id (a string)");
+    if (b.contains("context")) {  // an empty selection must not answer without the user's document
+        if (!b["context"].is_string() || b["context"].get<std::string>().empty())
+            throw bad("context", "must be a stored context's id (omit the field to answer without one)");
         r.context = b["context"];
     }
     if (b.contains("model") && !b["model"].is_null() && !b["model"].is_string()) throw bad("model", "must be a string");
+    if (b.contains("model") && b["model"].is_string()) r.model = b["model"];
+    // what kvlab cannot do is refused, never silently dropped
+    for (const char * key : {"tools", "functions"})
+        if (b.contains(key) && !b[key].is_null() && !(b[key].is_array() && b[key].empty()))
+            throw bad(key, "is not supported: kvlab runs no tools");
+    if (b.contains("response_format") && !b["response_format"].is_null() &&
+        !(b["response_format"].is_object() && b["response_format"].value("type", "") == "text"))
+        throw bad("response_format", "is not supported beyond {\"type\": \"text\"}: kvlab constrains no output");
     if (integer(b, "n", 1, 1, 1) != 1) throw bad("n", "must be 1");
     const char * max_key = b.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     r.max_tokens = int32_t(integer(b, max_key, chat ? 256 : 16, 1, 1 << 20));

@@ -26,6 +26,7 @@ struct CompletionRequest {
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;
     int32_t top_logprobs = 0;
+    std::string model;  // as the client named it ("" when absent); the server runs one model
 };
 
 // Throws ApiError(400) naming the field.

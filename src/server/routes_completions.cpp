@@ -6,6 +6,8 @@
 
 #include "kvlab/sys.h"
 #include "server/openai.h"
+#include "server/peer.h"
+#include "server/routes.h"
 #include "server/state.h"
 #include "server/text_stream.h"
 
@@ -30,15 +32,24 @@ std::string new_id(const char * prefix) {
     return b;
 }
 
-Prepared prepare(ServerState & s, const httplib::Request & http_req, bool chat) {
+// The request parsed, before any tokenization: its text bounded (check_prompt_bytes).
+Prepared parse(ServerState & s, const nlohmann::json & body, bool chat) {
     Prepared p;
     p.t_request = now_seconds();
-    p.req = parse_completion_request(parse_json_body(http_req.body), chat);
+    p.req = parse_completion_request(body, chat);
+    size_t bytes = p.req.prompt.size();
+    for (const ChatMessage & m : p.req.messages) bytes += m.content.size();
+    check_prompt_bytes(s, bytes, chat ? "messages" : "prompt");
+    return p;
+}
+
+// Tokenizes the prompt (inside a slot) and sizes the answer.
+void prepare(ServerState & s, Prepared & p, bool chat) {
     const CompletionRequest & r = p.req;
     int64_t n_context = 0;
     if (!r.context.empty()) {
         p.ctx = valid_context_id(r.context) ? s.store->info(r.context) : nullptr;
-        if (!p.ctx) throw ApiError(404, "no context '" + r.context + "'", "context", "context_not_found");
+        if (!p.ctx) throw unknown_context(r.context, "context");
         n_context = int64_t(p.ctx->tokens.size());
         if (chat) {
             for (const ChatMessage & m : r.messages)
@@ -68,7 +79,6 @@ Prepared prepare(ServerState & s, const httplib::Request & http_req, bool chat) 
                            " tokens; the model's context is " + std::to_string(n_ctx) + " tokens",
                        chat ? "messages" : "prompt", "context_length_exceeded");
     p.max_tokens = int32_t(std::min<int64_t>(r.max_tokens, room));
-    return p;
 }
 
 nlohmann::json token_bytes(const std::string & piece) {
@@ -174,9 +184,11 @@ nlohmann::json timings(const Prepared & p, const Outcome & o) {
             {"decode_tokens_per_s", o.r.decode_tokens_per_second()}};
 }
 
-void complete(ServerState & s, const httplib::Request & http_req, httplib::Response & res, bool chat) {
-    auto p = std::make_shared<Prepared>(prepare(s, http_req, chat));
+void complete(ServerState & s, const httplib::Request & http_req, const nlohmann::json & body, httplib::Response & res,
+              bool chat) {
+    auto p = std::make_shared<Prepared>(parse(s, body, chat));
     auto lease = std::shared_ptr<Slots::Lease>(s.slots->acquire());
+    prepare(s, *p, chat);
     const std::string id = new_id(chat ? "chatcmpl" : "cmpl");
     const int64_t created = int64_t(std::time(nullptr));
     const nlohmann::json head = {
@@ -185,8 +197,22 @@ void complete(ServerState & s, const httplib::Request & http_req, httplib::Respo
         {"created", created},
         {"model", s.opts.model_id},
         {"system_fingerprint", s.fingerprint}};
+    // the one model this server runs answers whatever the client named (as llama-server); said so
+    const std::string & asked = p->req.model;
+    const std::string warning =
+        asked.empty() || asked == s.opts.model_id
+            ? ""
+            : "model '" + asked.substr(0, 100) + "' is not served here; '" + s.opts.model_id + "' answered";
+    if (!warning.empty()) res.set_header("X-Kvlab-Warning", warning);
     if (!p->req.stream) {
-        Outcome o = generate(s, *p, lease->engine(), [](const std::string &) { return true; });
+        // nothing is written before the end: the client's socket is watched instead (a client that
+        // hung up frees its slot within a fraction of a second)
+        PeerWatch peer(http_req);
+        Outcome o = generate(s, *p, lease->engine(), [&](const std::string &) { return !peer.gone(); });
+        if (o.client_gone) {  // no one to answer; counted as nginx counts it
+            res.status = 499;
+            return;
+        }
         nlohmann::json choice = {{"index", 0}, {"finish_reason", o.finish}};
         const size_t n_tok = o.r.logprobs.size();
         if (chat) {
@@ -207,6 +233,7 @@ void complete(ServerState & s, const httplib::Request & http_req, httplib::Respo
         nlohmann::json body = head;
         body["choices"] = {choice};
         body["usage"] = usage(*p, o);
+        if (!warning.empty()) body["warnings"] = {warning};
         body["timings"] = timings(*p, o);
         return send_json(res, 200, body);
     }
@@ -282,15 +309,17 @@ void complete(ServerState & s, const httplib::Request & http_req, httplib::Respo
     });
 }
 
-}  // namespace
+const RouteRegistrar reg({{"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"}}, [](ServerState & s) {
+    post_json(s, "/v1/chat/completions",
+              [&s](const httplib::Request & req, const nlohmann::json & body, httplib::Response & res) {
+                  complete(s, req, body, res, true);
+              });
+    post_json(s, "/v1/completions",
+              [&s](const httplib::Request & req, const nlohmann::json & body, httplib::Response & res) {
+                  complete(s, req, body, res, false);
+              });
+});
 
-void add_completion_routes(ServerState & s) {
-    s.http.Post("/v1/chat/completions", [&s](const httplib::Request & req, httplib::Response & res) {
-        guarded(res, [&] { complete(s, req, res, true); });
-    });
-    s.http.Post("/v1/completions", [&s](const httplib::Request & req, httplib::Response & res) {
-        guarded(res, [&] { complete(s, req, res, false); });
-    });
-}
+}  // namespace
 
 }  // namespace kvlab::server

@@ -5,14 +5,18 @@
 #include "kvlab/sys.h"
 #include "server/context_request.h"
 #include "server/openai.h"
+#include "server/routes.h"
 #include "server/state.h"
 
 namespace kvlab::server {
 
 namespace {
 
-void create_context(ServerState & s, const httplib::Request & req, httplib::Response & res) {
-    const ContextRequest r = parse_context_request(parse_json_body(req.body));
+void create_context(ServerState & s, const nlohmann::json & body, httplib::Response & res) {
+    const ContextRequest r = parse_context_request(body);
+    size_t bytes = r.text.size();
+    for (const ChatMessage & m : r.before) bytes += m.content.size();
+    check_prompt_bytes(s, bytes, "text");
     ContextJob job;
     job.text = r.text;
     job.before = r.before;
@@ -20,12 +24,12 @@ void create_context(ServerState & s, const httplib::Request & req, httplib::Resp
     job.preset = r.preset;
     if (r.method != "none") job.params = apply_preset(r.preset, r.method, r.params);
     if (r.has_budget) job.budget = r.budget;
-    try {  // before a slot is taken
+    const auto lease = s.slots->acquire();  // tokenizing is work a slot bounds too
+    try {
         job.tokens = context_tokens(s.tok, s.model, job);
     } catch (const Error & e) {
         throw ApiError(400, e.what(), "text", "context_length_exceeded");
     }
-    const auto lease = s.slots->acquire();
     MadeContext m = make_context(lease->engine(), s.tok, job);
     nlohmann::json object = {{"name", r.name}, {"model", s.opts.model_id}};
     object.update(m.info);
@@ -35,26 +39,28 @@ void create_context(ServerState & s, const httplib::Request & req, httplib::Resp
     send_json(res, 201, out);
 }
 
-}  // namespace
+const RouteRegistrar reg(
+    {{"POST", "/v1/contexts"}, {"GET", "/v1/contexts"}, {"GET", "/v1/contexts/{id}"}, {"DELETE", "/v1/contexts/{id}"}},
+    [](ServerState & s) {
+        post_json(s, "/v1/contexts",
+                  [&s](const httplib::Request &, const nlohmann::json & body, httplib::Response & res) {
+                      create_context(s, body, res);
+                  });
+        s.http.Get("/v1/contexts",
+                   [&s](const httplib::Request &, httplib::Response & res) { send_json(res, 200, s.store->list()); });
+        s.http.Get(R"(/v1/contexts/([^/]+))", [&s](const httplib::Request & req, httplib::Response & res) {
+            const std::string id = req.matches[1];
+            const nlohmann::json j = valid_context_id(id) ? s.store->describe(id) : nlohmann::json();
+            if (j.is_null()) return send_error(res, unknown_context(id, "id"));
+            send_json(res, 200, j);
+        });
+        s.http.Delete(R"(/v1/contexts/([^/]+))", [&s](const httplib::Request & req, httplib::Response & res) {
+            const std::string id = req.matches[1];
+            if (!valid_context_id(id) || !s.store->remove(id)) return send_error(res, unknown_context(id, "id"));
+            send_json(res, 200, {{"id", id}, {"object", "context"}, {"deleted", true}});
+        });
+    });
 
-void add_context_routes(ServerState & s) {
-    s.http.Post("/v1/contexts", [&s](const httplib::Request & req, httplib::Response & res) {
-        guarded(res, [&] { create_context(s, req, res); });
-    });
-    s.http.Get("/v1/contexts",
-               [&s](const httplib::Request &, httplib::Response & res) { send_json(res, 200, s.store->list()); });
-    s.http.Get(R"(/v1/contexts/([^/]+))", [&s](const httplib::Request & req, httplib::Response & res) {
-        const std::string id = req.matches[1];
-        const nlohmann::json j = valid_context_id(id) ? s.store->describe(id) : nlohmann::json();
-        if (j.is_null()) return send_error(res, ApiError(404, "no context '" + id + "'", "id", "context_not_found"));
-        send_json(res, 200, j);
-    });
-    s.http.Delete(R"(/v1/contexts/([^/]+))", [&s](const httplib::Request & req, httplib::Response & res) {
-        const std::string id = req.matches[1];
-        if (!valid_context_id(id) || !s.store->remove(id))
-            return send_error(res, ApiError(404, "no context '" + id + "'", "id", "context_not_found"));
-        send_json(res, 200, {{"id", id}, {"object", "context"}, {"deleted", true}});
-    });
-}
+}  // namespace
 
 }  // namespace kvlab::server

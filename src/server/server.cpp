@@ -1,27 +1,20 @@
 #include <openssl/crypto.h>
+#include <strings.h>
 
+#include <algorithm>
 #include <cstdio>
-#include <ctime>
+#include <cstdlib>
 
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
 #include "kvlab/sys.h"
+#include "server/openai.h"
+#include "server/routes.h"
 #include "server/state.h"
 
 namespace kvlab::server {
 
 namespace {
-
-#include "web_page.inc"  // k_web_page: data/web/index.html, embedded by CMake
-
-// The endpoint a metric counts a request under (ids folded away).
-std::string endpoint_of(const std::string & path) {
-    if (path.rfind("/v1/contexts/", 0) == 0) return "/v1/contexts/{id}";
-    for (const char * p :
-         {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/contexts", "/health", "/metrics", "/"})
-        if (path == p) return p;
-    return "other";
-}
 
 // Constant time in the key's content: both sides hashed, the digests compared with CRYPTO_memcmp.
 bool key_matches(const std::string & given, const std::string & key) {
@@ -56,8 +49,53 @@ void guarded(httplib::Response & res, const std::function<void()> & fn) {
     }
 }
 
+void post_json(ServerState & s, const std::string & pattern, JsonHandler fn) {
+    s.http.Post(pattern,
+                [&s, fn](const httplib::Request & req, httplib::Response & res, const httplib::ContentReader & reader) {
+                    guarded(res, [&] {
+                        // Past the limit the rest is read and dropped, up to as much again, so that a client
+                        // that sent a little too much reads its 413 (closing on unread bytes resets the
+                        // connection); a flood is cut there.
+                        const size_t max = s.opts.max_body;
+                        std::string body;
+                        size_t seen = 0;
+                        const bool read = reader([&](const char * data, size_t n) {
+                            seen += n;
+                            if (seen <= max) body.append(data, n);
+                            return seen <= 2 * max;
+                        });
+                        const bool over = seen > max;
+                        const std::string length = req.get_header_value("Content-Length");
+                        if (over || (!read && !length.empty() && std::strtoull(length.c_str(), nullptr, 10) > max)) {
+                            res.set_header("Connection", "close");
+                            throw ApiError(413,
+                                           "the request body is larger than the server's limit of " +
+                                               std::to_string(max) + " bytes (--max-body)",
+                                           "", "request_too_large");
+                        }
+                        if (!read) {
+                            res.set_header("Connection", "close");
+                            throw ApiError(400, "the request body could not be read");
+                        }
+                        fn(req, parse_json_body(body), res);
+                    });
+                });
+}
+
+void check_prompt_bytes(const ServerState & s, size_t bytes, const std::string & param) {
+    if (bytes > s.max_prompt_bytes)
+        throw ApiError(400,
+                       "the prompt has " + std::to_string(bytes) + " bytes: more than the model's context of " +
+                           std::to_string(s.model.hparams().n_ctx_train) + " tokens can hold (at most " +
+                           std::to_string(s.max_prompt_bytes) + " bytes are tokenized)",
+                       param, "context_length_exceeded");
+}
+
 ServerState::ServerState(const Model & m, const Tokenizer & t, ServerOptions o) : model(m), tok(t), opts(std::move(o)) {
     fingerprint = "kvlab-" + kvlab_version() + "-" + kvlab_git_commit();
+    size_t longest = 1;
+    for (int32_t id = 0; id < tok.n_vocab(); ++id) longest = std::max(longest, tok.piece(id).size());
+    max_prompt_bytes = 2 * longest * size_t(model.hparams().n_ctx_train);
 }
 
 Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
@@ -71,20 +109,50 @@ Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
     s.slots = std::make_unique<Slots>(model, o.parallel, o.queue, o.queue_timeout_s, eo);
     s.store = std::make_unique<ContextStore>(model, o.store_dir, o.kv_budget);
 
+    if (o.max_connections < 1 || o.max_per_client < 1 || o.read_timeout_s < 1)
+        throw Error("serve", "--max-connections, --max-connections-per-client and --read-timeout must be at least 1");
+    ConnectionLimits limits;
+    limits.max_connections = o.max_connections;
+    limits.max_per_client = o.max_per_client;
+    s.guard = std::make_unique<ConnectionGuard>(limits);
+
     httplib::Server & http = s.http;
-    const int n_workers = o.parallel + o.queue + 8;  // connections handled at once
-    http.new_task_queue = [n_workers] { return new httplib::ThreadPool(size_t(n_workers)); };
+    const size_t n_workers = size_t(limits.max_connections + limits.reserve_workers);
+    http.new_task_queue = [n_workers] { return new GrowingPool(n_workers); };
     http.set_payload_max_length(o.max_body);
-    http.set_read_timeout(o.io_timeout_s, 0);
+    http.set_read_timeout(o.read_timeout_s, 0);
     http.set_write_timeout(o.io_timeout_s, 0);
     http.set_keep_alive_max_count(1000);
 
+    // Before any body is read: an unknown path or method is refused (404, 405 with Allow), a body
+    // sent where none is taken is refused (only POST routes read one, bounded), then the key.
     http.set_pre_routing_handler([&s](const httplib::Request & req, httplib::Response & res) {
+        s.guard->request_started(req);  // its headers are in: never cut until its response is written
+        const std::string allow = allowed_methods(req.path);
+        const std::string method = req.method == "HEAD" ? "GET" : req.method;
+        if (allow.empty() || allow.find(method) == std::string::npos) {
+            res.set_header("Connection", "close");
+            if (allow.empty()) {
+                send_error(res, ApiError(404, "no route " + req.method + " " + req.path.substr(0, 200)));
+            } else {
+                res.set_header("Allow", allow);
+                send_error(res,
+                           ApiError(405, req.method + " " + req.path.substr(0, 200) + ": the path takes " + allow));
+            }
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (method != "POST" && (req.has_header("Transfer-Encoding") ||
+                                 std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > 0)) {
+            res.set_header("Connection", "close");
+            send_error(res, ApiError(400, req.method + " takes no request body"));
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (s.opts.api_key.empty() || req.path == "/health" || req.path == "/")
             return httplib::Server::HandlerResponse::Unhandled;
         const std::string auth = req.get_header_value("Authorization");
-        const std::string prefix = "Bearer ";
-        const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
+        // RFC 7235: the scheme is case-insensitive ("bearer KEY" too)
+        const bool bearer = auth.size() > 7 && strncasecmp(auth.c_str(), "Bearer ", 7) == 0;
+        const std::string given = bearer ? auth.substr(7) : std::string();
         if (!given.empty() && key_matches(given, s.opts.api_key)) return httplib::Server::HandlerResponse::Unhandled;
         send_error(res,
                    ApiError(401, auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
@@ -94,9 +162,10 @@ Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
     http.set_error_handler([](const httplib::Request & req, httplib::Response & res) {
         if (!res.body.empty()) return;
         const int st = res.status;
-        const std::string msg = st == 404   ? "no route " + req.method + " " + req.path
-                                : st == 413 ? "the request body is larger than the server's limit"
-                                : st == 405 ? "method not allowed"
+        const std::string msg = st == 404   ? "no route " + req.method + " " + req.path.substr(0, 200)
+                                : st == 413 ? "the request body is larger than the server's limit (--max-body)"
+                                : st == 414 ? "the request line is longer than the server reads (8 KiB)"
+                                : st == 400 ? "malformed HTTP request"
                                             : "HTTP " + std::to_string(st);
         send_error(res, ApiError(st, msg));
         res.status = st;
@@ -112,50 +181,10 @@ Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
     });
     http.set_logger([&s](const httplib::Request & req, const httplib::Response & res) {
         s.metrics.request(endpoint_of(req.path), res.status);
+        s.guard->request_finished(req);
     });
 
-    http.Get("/", [](const httplib::Request &, httplib::Response & res) {
-        res.set_content(k_web_page, "text/html; charset=utf-8");
-    });
-    http.Get("/health", [&s](const httplib::Request &, httplib::Response & res) {
-        send_json(res, 200,
-                  {{"status", "ok"},
-                   {"slots_idle", s.slots->size() - s.slots->busy()},
-                   {"slots_processing", s.slots->busy()}});
-    });
-    http.Get("/v1/models", [&s](const httplib::Request &, httplib::Response & res) {
-        const nlohmann::json m = {{"id", s.opts.model_id},
-                                  {"object", "model"},
-                                  {"created", int64_t(std::time(nullptr))},
-                                  {"owned_by", "kvlab"},
-                                  {"meta",
-                                   {{"n_ctx_train", s.model.hparams().n_ctx_train},
-                                    {"n_vocab", s.model.hparams().n_vocab},
-                                    {"arch", s.model.hparams().arch}}}};
-        send_json(res, 200, {{"object", "list"}, {"data", {m}}});
-    });
-    http.Get("/metrics", [&s](const httplib::Request &, httplib::Response & res) {
-        const MemInfo mi = mem_info();
-        res.set_content(
-            s.metrics.render({
-                {"kvlab_kv_resident_bytes", "Bytes of stored contexts' KV rows resident in memory.",
-                 double(s.store->resident_bytes())},
-                {"kvlab_kv_budget_bytes", "The --kv-budget the resident rows stay under.", double(s.store->budget())},
-                {"kvlab_contexts", "Stored contexts (on disk).", double(s.store->size())},
-                {"kvlab_contexts_resident", "Stored contexts whose rows are in memory.", double(s.store->n_resident())},
-                {"kvlab_context_reloads_total", "Contexts read back from their files after a drop.",
-                 double(s.store->n_reloads())},
-                {"kvlab_context_drops_total", "Contexts dropped from memory to stay under the budget.",
-                 double(s.store->n_drops())},
-                {"kvlab_slots", "Engines computing requests in parallel.", double(s.slots->size())},
-                {"kvlab_slots_busy", "Slots working now.", double(s.slots->busy())},
-                {"kvlab_queue_waiting", "Requests waiting for a slot.", double(s.slots->waiting())},
-                {"kvlab_process_resident_memory_bytes", "RSS of the server process.", double(mi.rss_bytes)},
-            }),
-            "text/plain; version=0.0.4");
-    });
-    add_context_routes(s);
-    add_completion_routes(s);
+    add_routes(s);
 }
 
 Server::~Server() = default;
@@ -170,6 +199,7 @@ int Server::bind() {
     if (s.bound_port < 0)
         throw Error("serve", "cannot listen on " + s.opts.host + ":" + std::to_string(s.opts.port) +
                                  " (in use, or not an address of this machine)");
+    s.guard->watch(s.bound_port);
     return s.bound_port;
 }
 

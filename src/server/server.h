@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvlab/engine.h"
 #include "kvlab/model.h"
@@ -25,7 +26,10 @@ struct ServerOptions {
     uint64_t kv_budget = 1ull << 30;  // resident bytes of stored contexts' rows
     std::string store_dir;            // cache files of the stored contexts
     size_t max_body = 16u << 20;      // request body limit, bytes
-    int io_timeout_s = 600;           // socket read / write timeouts
+    int io_timeout_s = 600;           // socket write timeout (a client that does not read)
+    int read_timeout_s = 10;          // socket read timeout: a client that stops sending
+    int max_connections = 256;        // open connections in all (server/connection_guard.h)
+    int max_per_client = 64;          // open connections from one client address
     std::string model_id;             // the id /v1/models lists
     EngineOptions engine;             // chunk size and attention kernel (threads set per slot)
 };

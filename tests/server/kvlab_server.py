@@ -114,6 +114,14 @@ class KvlabServer:
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmPeak for kvlab serve")
 
+    def rss(self):
+        """The process's resident memory (VmRSS of /proc/PID/status), in bytes."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS for kvlab serve")
+
     def request(self, method, path, body=None, headers=None, raw=None):
         """(status, parsed JSON or text, headers); never raises for HTTP errors."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)

@@ -104,6 +104,11 @@ class PageTest(BrowserCase):
     def test_compress_and_chat(self):
         self.open_page()
         self.assertFalse(self.el("error").is_displayed(), self.text("error"))
+        # every method the server registers is offered (GET /v1/methods), after the full cache
+        _, methods, _ = self.server.get("/v1/methods")
+        offered = [o.get_attribute("value") for o in Select(self.el("method")).options]
+        self.assertEqual(offered, ["none"] + [m["id"] for m in methods["data"]])
+        self.assertIn("kvzip", offered)
         self.paste("doc-text", haystack(3000))
         Select(self.el("method")).select_by_value("snapkv")
         self.set_value("ratio", "0.5")
@@ -126,6 +131,9 @@ class PageTest(BrowserCase):
         self.assertLess(ctx["kv_bytes"], ctx["kv_bytes_full"])
         # the list was refreshed after the create and the new context is selected
         self.assertEqual(Select(self.el("contexts")).first_selected_option.get_attribute("value"), ctx["id"])
+        # a new visit shows the pre-selected context's figures at once, without a change of selection
+        self.open_page()
+        self.wait_for(lambda: ctx["id"] in self.text("context-info"), 30, "the selected context's figures")
 
         self.set_value("question", "What is the secret code?")
         self.el("send").click()
@@ -166,7 +174,9 @@ class ApiKeyTest(BrowserCase):
 
     def test_api_key(self):
         self.open_page()
-        self.wait_for(lambda: "missing API key" in self.text("error"), 30, "the missing-key error")
+        # the page asks for the key the server wants, with the key field focused
+        self.wait_for(lambda: "wants an API key" in self.text("error"), 30, "the page to ask for the key")
+        self.assertEqual(self.driver.switch_to.active_element.get_attribute("id"), "api-key")
         self.set_value("api-key", "wrong")
         self.el("refresh").click()
         self.wait_for(lambda: "invalid API key" in self.text("error"), 30, "the invalid-key error")
@@ -174,7 +184,8 @@ class ApiKeyTest(BrowserCase):
         self.set_value("api-key", "k")
         self.el("refresh").click()
         self.wait_for(lambda: not self.el("error").is_displayed(), 30, "the error to clear with the right key")
-        self.assertIn("no contexts yet", Select(self.el("contexts")).first_selected_option.text)
+        self.wait_for(lambda: "no contexts yet" in self.text("contexts"), 30, "the context list with the right key")
+        self.assertFalse(self.el("error").is_displayed(), self.text("error"))
         self.assertEqual(severe(self.driver.get_log("browser"), allow_network=True), [])
 
 
