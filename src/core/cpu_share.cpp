@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "kvlab/sys.h"
 
@@ -26,31 +27,38 @@ CpuReading read_cpu() {
         if (!(in >> x)) return r;
     r.busy_jiffies = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
     r.total_jiffies = r.busy_jiffies + v[3] + v[4];
+    r.hz = double(std::max(1L, sysconf(_SC_CLK_TCK)));
+    r.online = std::max(1u, std::thread::hardware_concurrency());
     r.ok = true;
     return r;
 }
 
 double others_busy_cores(const CpuReading & a, const CpuReading & b) {
     if (!a.ok || !b.ok || b.total_jiffies <= a.total_jiffies) return 0.0;
-    static const double hz = double(std::max(1L, sysconf(_SC_CLK_TCK)));
-    const unsigned online = std::max(1u, std::thread::hardware_concurrency());
-    const double span_s = double(b.total_jiffies - a.total_jiffies) / hz / online;  // ~ wall time
-    const double busy_s = double(b.busy_jiffies - a.busy_jiffies) / hz;
+    const double span_s = double(b.total_jiffies - a.total_jiffies) / b.hz / b.online;  // ~ wall time
+    const double busy_s = double(b.busy_jiffies - a.busy_jiffies) / b.hz;
     const double others_s = busy_s - (b.own_cpu_s - a.own_cpu_s);
     return std::max(0.0, others_s / span_s);
 }
 
-IdleCpuTracker::IdleCpuTracker(int initial, double interval_s)
-    : interval_s_(interval_s), n_(std::clamp(initial, 1, n_cpus())), last_(read_cpu()) {}
+IdleCpuTracker::IdleCpuTracker(int initial, double interval_s, CpuSource source)
+    : source_(std::move(source)),
+      interval_s_(interval_s),
+      n_(std::clamp(initial, 1, source_.n_cpus > 0 ? source_.n_cpus : n_cpus())),
+      last_(source_.read()) {}
+
+double IdleCpuTracker::now() const {
+    return source_.now ? source_.now() : now_seconds();
+}
 
 int IdleCpuTracker::threads() {
-    if (now_seconds() - last_.wall_s < interval_s_) return n_;
-    const CpuReading now = read_cpu();
+    if (now() - last_.wall_s < interval_s_) return n_;
+    const CpuReading now = source_.read();
     if (!now.ok || !last_.ok) {
         last_ = now;
         return n_;
     }
-    const int n = n_cpus();
+    const int n = source_.n_cpus > 0 ? source_.n_cpus : n_cpus();
     const int busy = int(std::lround(others_busy_cores(last_, now)));
     const int want = std::clamp(n - busy, 1, n);
     if (want != n_) ++changes_;
