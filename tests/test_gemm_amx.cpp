@@ -160,21 +160,27 @@ std::vector<float> ggml_product(const Problem & p) {
     return out;
 }
 
+// The single-row half (fewer than 16 activation rows: AVX-512 VNNI) runs wherever the CPU has
+// VNNI and BITALG, AMD's Zen 4 and 5 included; the batches need the AMX tiles.
 class GemmAmx : public ::testing::TestWithParam<ggml_type> {
 protected:
     void SetUp() override {
-        if (!amx_available())
-            GTEST_SKIP() << "no AMX-INT8 tiles on this CPU (or not granted by the kernel): the ggml arithmetic runs";
+        if (!kernels::amx_rows_available())
+            GTEST_SKIP() << "no AVX-512 VNNI + BITALG on this CPU: kvlab's block order does not run here";
     }
+    // Whether this machine runs a product of M rows.
+    static bool runs(int64_t M) { return M < kernels::amx_kernel().min_batch || amx_available(); }
 };
 
-// Shapes: a single block, partial weight panels, batches with and without padding, smollm2's.
+// Shapes: a single block, partial weight panels, batches with and without padding, smollm2's,
+// and single rows and small batches (VNNI).
 const std::vector<std::array<int64_t, 3>> k_shapes = {{32, 16, 16},     {64, 13, 17}, {576, 192, 37}, {576, 1536, 64},
-                                                      {1536, 576, 100}, {96, 35, 1},  {576, 40, 5}};
+                                                      {1536, 576, 100}, {96, 35, 1},  {576, 40, 5},   {576, 192, 15}};
 
 TEST_P(GemmAmx, WithinTheRoundingBoundOfTheExactValue) {
     double worst = 0.0;
     for (const auto & [K, N, M] : k_shapes) {
+        if (!runs(M)) continue;
         const Problem p = make(GetParam(), K, N, M, unsigned(K + N + M));
         const Reference ref = reference(p);
         const std::vector<float> got = kvlab_product(p, 0, M, 2);
@@ -189,6 +195,7 @@ TEST_P(GemmAmx, WithinTheRoundingBoundOfTheExactValue) {
 
 TEST_P(GemmAmx, CloseToGgmlMulMat) {
     for (const auto & [K, N, M] : k_shapes) {
+        if (!runs(M)) continue;
         const Problem p = make(GetParam(), K, N, M, unsigned(3 * K + N));
         const Reference ref = reference(p);
         const std::vector<float> got = kvlab_product(p, 0, M, 1), g = ggml_product(p);
@@ -207,6 +214,22 @@ TEST_P(GemmAmx, CloseToGgmlMulMat) {
 // time and in 5-row batches (VNNI), from 16-row batches, at 1 to 3 threads.
 TEST_P(GemmAmx, SameBitsWhateverTheBatch) {
     const Problem p = make(GetParam(), 576, 200, 100, 11);
+    if (!amx_available()) {  // VNNI only: single rows, 5-row and 15-row batches, 1 to 3 threads
+        for (int64_t m = 0; m + 15 <= p.M; m += 15) {
+            const std::vector<float> batch = kvlab_product(p, m, 15, 1);
+            for (int64_t r = 0; r < 15; r += 4)
+                EXPECT_EQ(std::memcmp(kvlab_product(p, m + r, 1, 3).data(), batch.data() + r * p.N,
+                                      size_t(p.N) * sizeof(float)),
+                          0)
+                    << "row " << m + r << " alone";
+            for (int64_t r = 0; r + 5 <= 15; r += 5)
+                EXPECT_EQ(std::memcmp(kvlab_product(p, m + r, 5, 2).data(), batch.data() + r * p.N,
+                                      size_t(5 * p.N) * sizeof(float)),
+                          0)
+                    << "rows " << m + r << ".." << m + r + 5;
+        }
+        return;
+    }
     const std::vector<float> whole = kvlab_product(p, 0, p.M, 1);
     const auto expect_rows = [&](const std::vector<float> & part, int64_t m0, int64_t M, const char * what) {
         EXPECT_EQ(std::memcmp(part.data(), whole.data() + m0 * p.N, part.size() * sizeof(float)), 0)
@@ -228,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(, GemmAmx, ::testing::Values(GGML_TYPE_Q4_1, GGML_TYPE_
 // the values and scale also those of ggml's Q8_0 blocks (quantize_row_q8_0, what Q5_0 and Q8_0
 // weights meet); padded rows zero. With blocks of zeros, of halves that round to even, and outliers.
 TEST(GemmAmxPack, HoldsGgmlsQ8_1AndQ8_0Blocks) {
-    if (!amx_available()) GTEST_SKIP() << "no AMX-INT8 tiles on this CPU (or not granted by the kernel)";
+    if (!kernels::amx_rows_available()) GTEST_SKIP() << "no AVX-512 VNNI + BITALG on this CPU";
     const int64_t K = 576, M = 37, nb = K / 32, Mp = 48;
     Problem p = make(GGML_TYPE_Q4_1, K, 16, M, 5);
     std::fill(p.x.begin() + 64, p.x.begin() + 96, 0.0f);  // row 0, block 2: zeros

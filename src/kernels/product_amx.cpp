@@ -30,11 +30,15 @@
 #include "kernels/vnni.h"
 #include "kvlab/error.h"
 
-#if defined(KVLAB_VNNI) && defined(__AVX512BITALG__) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && \
-    defined(__linux__)
+// The block order on AVX-512 VNNI (pack, and the products of fewer than k_min_batch rows) needs
+// VNNI and BITALG (Intel from Ice Lake, AMD from Zen 4); the AMX tiles (batches) need AMX-INT8.
+#if defined(KVLAB_VNNI) && defined(__AVX512BITALG__)
+#define KVLAB_BLOCK_VNNI 1
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
 #define KVLAB_AMX 1
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 #endif
 
 namespace kvlab::kernels {
@@ -74,7 +78,7 @@ size_t packed_bytes(int64_t K, int64_t M) {
     return size_t(Mp * K + 3 * (K / k_qk) * Mp * int64_t(sizeof(float)));
 }
 
-#ifdef KVLAB_AMX
+#ifdef KVLAB_BLOCK_VNNI
 
 namespace {
 
@@ -325,6 +329,8 @@ void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const P
     for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
 }
 
+#ifdef KVLAB_AMX
+
 // AMX tile configuration, twice (tmm0-2 and tmm3-5, for two blocks in flight): the block sums
 // (16 x 16 int32), 16 activation rows x 32 int8, the panel's block (8 rows x 64 u8).
 struct alignas(64) TileConfig {
@@ -455,6 +461,8 @@ bool request_tiles() {
     return syscall(SYS_arch_prctl, k_req_xcomp_perm, k_xfeature_xtiledata) == 0;
 }
 
+#endif  // KVLAB_AMX
+
 template <class W>
 void product_of(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
                 float * dst, int64_t dst_stride, int ith, int nth) {
@@ -463,31 +471,44 @@ void product_of(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, con
     const int64_t n_panels = (N + k_panel - 1) / k_panel;
     const int64_t p0 = n_panels * ith / nth, p1 = n_panels * (ith + 1) / nth;
     if (p0 == p1) return;
-    const bool tiles = M >= k_min_batch;
-    if (tiles) {
-        static const TileConfig cfg;
-        _tile_loadconfig(&cfg);
+    if (M < k_min_batch) {
+        for (int64_t ip = p0; ip < p1; ++ip) {
+            const int64_t n0 = ip * k_panel;
+            const int R = int(std::min<int64_t>(k_panel, N - n0));
+            rows_vnni<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
+        }
+        return;
     }
+#ifdef KVLAB_AMX
+    static const TileConfig cfg;
+    _tile_loadconfig(&cfg);
     thread_local Panel panel;
     thread_local typename PanelProduct<W>::Sums sums[2];
     for (int64_t ip = p0; ip < p1; ++ip) {
         const int64_t n0 = ip * k_panel;
         const int R = int(std::min<int64_t>(k_panel, N - n0));
-        if (!tiles) {
-            rows_vnni<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
-            continue;
-        }
         panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
         PanelProduct<W>(panel, nb, y, Mp, K, sums).run(dst + n0, dst_stride, M, R);
     }
-    if (tiles) _tile_release();
+    _tile_release();
+#else
+    throw Error("internal", "[products] amx: a batch of " + std::to_string(M) + " rows needs the AMX tiles");
+#endif
 }
 
 }  // namespace
 
 bool available() {
+#ifdef KVLAB_AMX
     static const bool ok = request_tiles();
     return ok;
+#else
+    return false;
+#endif
+}
+
+bool rows_available() {
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bitalg");
 }
 
 void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
@@ -510,6 +531,10 @@ bool available() {
     return false;
 }
 
+bool rows_available() {
+    return false;
+}
+
 void pack(const float *, int64_t, int64_t, int64_t, uint8_t *, int, int) {}
 void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
              int) {}
@@ -517,6 +542,10 @@ void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t
 #endif
 
 }  // namespace
+
+bool amx_rows_available() {
+    return rows_available();
+}
 
 const ProductKernel & amx_kernel() {
     static const ProductKernel k = {"amx", k_min_batch, available, supports, packed_bytes, pack, product};

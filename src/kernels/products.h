@@ -39,6 +39,9 @@ struct ProductKernel {
 const ProductKernel & q4_1_kernel();
 const ProductKernel & q8_0_kernel();
 const ProductKernel & amx_kernel();
+// Whether amx_kernel()'s pack and its products of fewer than min_batch rows run here: AVX-512 VNNI
+// and BITALG (AMD Zen 4 and 5 too), no AMX needed; amx_kernel().available() is the tiles'.
+bool amx_rows_available();
 
 // The kernel that runs w x under `products`, or nullptr where ggml_mul_mat runs: one that is
 // available and supports w's type, w 2-D in a plain host buffer (not repacked), x F32 2-D with
