@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "environment.h"
 #include "eval/metrics.h"
 #include "ggml.h"
 #include "kvlab/engine.h"
@@ -31,7 +32,7 @@ constexpr int k_greedy = 64;  // tokens of libllama's greedy path
 class RealModel : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        path_ = new std::string(resolve_model("smollm2-135m"));
+        path_ = new std::string(resolve_model("smollm2-135m", cli::environment().models));
         model_ = Model::load(*path_, {.n_threads = k_threads}).release();
         ggml_model_ = Model::load(*path_, {.n_threads = k_threads, .products = Products::ggml}).release();
         tok_ = new Tokenizer(*path_);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 
+#include "environment.h"
 #include "eval/report.h"
 #include "eval/runner.h"
 #include "support/fixtures.h"
@@ -17,6 +18,12 @@
 
 namespace kvlab {
 namespace {
+
+// The run's surroundings as the kvlab binary takes them (tools/environment.h).
+eval::RunEnv env() {
+    const cli::Environment & e = cli::environment();
+    return {e.models, e.cache_dir, e.data_dir};
+}
 
 namespace fs = std::filesystem;
 
@@ -74,7 +81,7 @@ protected:
 TEST_F(EvalRunner, ShardsResumeAndReport) {
     // one unsharded run: every (sample, question) x (full + 3 methods x 2 budgets)
     const std::string full_dir = *dir_ + "/full";
-    const std::string out = eval::run(config(full_dir), nullptr);
+    const std::string out = eval::run(config(full_dir), env(), nullptr);
     const auto all = answers({out});
     ASSERT_FALSE(all.empty());
     std::map<std::string, int> per_config;
@@ -106,7 +113,7 @@ TEST_F(EvalRunner, ShardsResumeAndReport) {
         std::string line;
         for (int i = 0; i < 6 && std::getline(in, line); ++i) cut << line << "\n";
     }
-    const std::string resumed = eval::run(config(cut_dir), nullptr);
+    const std::string resumed = eval::run(config(cut_dir), env(), nullptr);
     EXPECT_EQ(answers({resumed}), all);
 
     // two shards merged: the same records as the unsharded run
@@ -115,7 +122,7 @@ TEST_F(EvalRunner, ShardsResumeAndReport) {
         eval::RunConfig c = config(*dir_ + "/sharded");
         c.shard = i;
         c.n_shards = 2;
-        shard_files.push_back(eval::run(c, nullptr));
+        shard_files.push_back(eval::run(c, env(), nullptr));
     }
     EXPECT_EQ(answers(shard_files), all);
 
@@ -138,12 +145,12 @@ TEST_F(EvalRunner, QueryAwareCompressesContextAndQuestion) {
     c.methods = {{"snapkv", {{"window", "8"}}}};
     c.budgets = {{0.5, -1}};
     c.query_aware = true;
-    const auto rec = answers({eval::run(c, nullptr)});
+    const auto rec = answers({eval::run(c, env(), nullptr)});
     ASSERT_EQ(rec.size(), 2u);  // the full cache and snapkv, one question
     eval::RunConfig agnostic = c;
     agnostic.query_aware = false;
     agnostic.out_dir = *dir_ + "/qa-agnostic";
-    const auto ag = answers({eval::run(agnostic, nullptr)});
+    const auto ag = answers({eval::run(agnostic, env(), nullptr)});
     for (const auto & [k, r] : rec) {
         EXPECT_TRUE(r["query_aware"].get<bool>());
         // the context holds the question too (all but its last token, fed as the query)
@@ -207,12 +214,12 @@ TEST_F(EvalRunner, MultiTurnCompressesWithTheFirstQuestionAndAnswersAllFromOneCa
     c.methods = {{"snapkv", {{"window", "8"}}}, {"kvzip", {{"chunk", "128"}}}};
     c.budgets = {{0.5, -1}};
     c.multi_turn = true;
-    const auto rec = answers({eval::run(c, nullptr)});
+    const auto rec = answers({eval::run(c, env(), nullptr)});
     ASSERT_EQ(rec.size(), 18u);  // six questions x (full, snapkv, kvzip), all from one prefill
     eval::RunConfig agnostic = c;
     agnostic.multi_turn = false;
     agnostic.out_dir = *dir_ + "/multi-agnostic";
-    const auto ag = answers({eval::run(agnostic, nullptr)});
+    const auto ag = answers({eval::run(agnostic, env(), nullptr)});
     ASSERT_EQ(ag.size(), 18u);
     bool snapkv_differs = false;
     for (const auto & [k, r] : rec) {

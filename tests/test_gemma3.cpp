@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "environment.h"
 #include "kvlab/engine.h"
 #include "kvlab/error.h"
 #include "kvlab/press.h"
@@ -262,7 +263,7 @@ TEST_F(TinyGemma3, ARollbackPastFreedRowsIsRefused) {
 // kernel is bounded as the default model's (test_engine_llama.cpp: quantized activations
 // make any other attention kernel drift): it agrees on most positions' top-1.
 TEST(RealGemma3, LogitsMatchLibllamaAt512And4096Tokens) {
-    const std::string path = resolve_model("gemma3-270m");
+    const std::string path = resolve_model("gemma3-270m", cli::environment().models);
     // ggml's arithmetic for its Q8_0 products, no repacked layouts
     auto model = Model::load(path, {.n_threads = 2, .products = Products::ggml, .repack = false});
     EXPECT_EQ(model->n_repacked(), 0);

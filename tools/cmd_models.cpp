@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common.h"
+#include "environment.h"
 #include "kvlab/registry.h"
 #include "model/arch.h"
 
@@ -18,7 +19,7 @@ const CommandRegistrar models_reg("models", [](CLI::App & app, int & rc) {
     list->callback([&rc, json] {
         nlohmann::json out = nlohmann::json::array();
         for (const auto & e : model_table()) {
-            const std::string path = cached_model_path(e);
+            const std::string path = cached_model_path(environment().models, e);
             const bool fetched = std::filesystem::exists(path);
             const bool supported = find_architecture(e.arch) != nullptr;
             out.push_back({{"name", e.short_name},
@@ -47,7 +48,7 @@ const CommandRegistrar fetch_reg("fetch", [](CLI::App & app, int & rc) {
     auto name = std::make_shared<std::string>();
     fetch->add_option("NAME", *name, "short name (see `kvlab models`)")->required();
     fetch->callback([&rc, name] {
-        std::printf("%s\n", resolve_model(*name).c_str());
+        std::printf("%s\n", resolve_model(*name, environment().models).c_str());
         rc = 0;
     });
 });

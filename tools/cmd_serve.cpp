@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common.h"
+#include "environment.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "server/server.h"
@@ -65,7 +66,7 @@ int run_serve(ServeArgs & a) {
     a.o.threads = l.model->n_threads();
     a.o.engine = EngineOptions{a.chunk, parse_attention_kernel(a.attention)};
     a.o.model_id = std::filesystem::path(l.path).stem().string();
-    if (a.o.store_dir.empty()) a.o.store_dir = cache_dir() + "/contexts";
+    if (a.o.store_dir.empty()) a.o.store_dir = environment().cache_dir + "/contexts";
     server::Server srv(*l.model, *l.tok, a.o);
     const int port = srv.bind();
     std::thread stopper([&srv, sigs] {

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "environment.h"
 #include "kvlab/error.h"
 #include "kvlab/registry.h"
 #include "kvlab/sys.h"
@@ -26,7 +27,7 @@ void say_idle(int idle) {
 
 Loaded load(const std::string & name_or_path, const ModelOptions & opts) {
     Loaded l;
-    l.path = resolve_model(name_or_path);
+    l.path = resolve_model(name_or_path, environment().models);
     l.model = Model::load(l.path, opts);  // n_threads 0: the model samples the idle CPUs itself
     if (opts.n_threads == 0) say_idle(l.model->n_threads());
     l.tok = std::make_unique<Tokenizer>(l.path);
@@ -38,7 +39,10 @@ Loaded load(const std::string & name_or_path, const ModelOptions & opts) {
 }
 
 ModelOptions KernelArgs::options(int n_threads) const {
-    return {.n_threads = n_threads, .products = parse_products(products), .repack = !no_repack};
+    return {.n_threads = n_threads,
+            .products = parse_products(products),
+            .repack = !no_repack,
+            .hash_cache_dir = environment().cache_dir};
 }
 
 void add_kernel_options(CLI::App * cmd, KernelArgs & k) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common.h"
+#include "environment.h"
 #include "eval/report.h"
 #include "kvlab/error.h"
 
@@ -141,7 +142,8 @@ eval::RunConfig resolve_eval(const EvalArgs & a, eval::RunConfig c) {
 
 int run_eval(const eval::RunConfig & c, bool report) {
     std::fprintf(stderr, "[eval] configuration:\n%s\n", c.to_json().dump(2).c_str());
-    const std::string out = eval::run(c, progress_bar);
+    const Environment & e = environment();
+    const std::string out = eval::run(c, eval::RunEnv{e.models, e.cache_dir, e.data_dir}, progress_bar);
     std::fprintf(stderr, "[eval] records: %s\n", out.c_str());
     if (report) {
         if (c.n_shards == 1)

@@ -4,14 +4,12 @@
 #include <cstring>
 
 #include "kvlab/error.h"
-#include "kvlab/log.h"
 #include "kvlab/sys.h"
 #include "llama.h"
 
 namespace kvlab {
 
 LlamaRef::LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch, bool repack) {
-    init_backend_logging();
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
     mp.use_extra_bufts = repack;  // false: no repacked weight layouts (as kvlab with KVLAB_REPACK=0)

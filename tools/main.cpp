@@ -5,8 +5,10 @@
 #include <cstdlib>
 
 #include "command.h"
+#include "environment.h"
 #include "ggml.h"
 #include "kvlab/error.h"
+#include "kvlab/log.h"
 #include "kvlab/provenance.h"
 
 namespace {
@@ -22,6 +24,7 @@ void on_ggml_abort(const char * message) {
 
 int main(int argc, char ** argv) {
     ggml_set_abort_callback(on_ggml_abort);
+    kvlab::set_backend_logging(kvlab::cli::environment().verbose);
     // a write past a file-size limit fails with EFBIG (an error naming the file) instead of
     // killing the process with SIGXFSZ
     std::signal(SIGXFSZ, SIG_IGN);

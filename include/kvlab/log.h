@@ -1,9 +1,10 @@
-// Backend logging: ggml and libllama print only warnings and errors unless
-// KVLAB_VERBOSE=1 is set in the environment.
+// Backend logging: what ggml and libllama print on stderr. Their log callbacks are the libraries'
+// own process-wide state, so the program sets them once, at start (the tools from
+// $KVLAB_VERBOSE): errors only, or every message when verbose.
 #pragma once
 
 namespace kvlab {
 
-void init_backend_logging();
+void set_backend_logging(bool verbose);
 
 }  // namespace kvlab

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,8 @@ struct ModelOptions {
     // The weight matrices that ggml's CPU backend can hold in a repacked layout (its extra
     // buffer types, e.g. Q4_0 8x8) go there, as libllama places them (`--no-repack`: off).
     bool repack = true;
+    // Where the file's sha256 is memoised (sha256_file_cached); "": hashed when first asked.
+    std::string hash_cache_dir;
 };
 
 class Model {
@@ -82,6 +85,8 @@ public:
     const ggml_tensor * rope_freq_factors() const;
 
     const std::string & path() const { return path_; }
+    // The file's sha256 (lower-case hex), computed on first use (memoised in hash_cache_dir).
+    const std::string & file_sha256() const;
     const gguf_context * gguf() const { return gguf_.get(); }
     ggml_backend * backend() const { return backend_.get(); }
     int n_threads() const;
@@ -108,6 +113,9 @@ private:
     ggml_backend_buffer_ptr buffer_;    // the other weights
     int n_repacked_ = 0;
     Products products_ = Products::ggml;
+    std::string hash_cache_dir_;
+    struct Sha;
+    std::unique_ptr<Sha> sha_;            // computed once, on first use
     std::unique_ptr<Architecture> arch_;  // points into ctx_'s tensors
     struct Threads;
     std::unique_ptr<Threads> threads_;

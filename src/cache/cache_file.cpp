@@ -206,7 +206,7 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
         {"format", {{"name", "kvlab-kvc"}, {"version", k_cache_file_version}}},
         {"model",
          {{"file", fs::path(model.path()).filename().string()},
-          {"sha256", sha256_file_cached(model.path())},
+          {"sha256", model.file_sha256()},
           {"hparams_hash", hparams_hash(model)},
           {"hparams", hparams_json(model)}}},
         {"next_pos", cache.next_pos()},
@@ -319,7 +319,7 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
     const auto bytes = [&](const char * id) { return secs.at(id).size; };
     nlohmann::json meta = parse_meta(path, data("META"), bytes("META"));
     const nlohmann::json & m = meta["model"];
-    const std::string sha = sha256_file_cached(model.path()), hh = hparams_hash(model);
+    const std::string sha = model.file_sha256(), hh = hparams_hash(model);
     if (string_field(m, "sha256") != sha)
         throw file_error(path, "was made with model " + string_field(m, "file") + " (sha256 " +
                                    string_field(m, "sha256").substr(0, 12) + "...), not with " +

@@ -1,8 +1,6 @@
 #include "kvlab/log.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "ggml.h"
 #include "llama.h"
@@ -15,11 +13,10 @@ void filtered_log(ggml_log_level level, const char * text, void * verbose) {
 }
 }  // namespace
 
-void init_backend_logging() {
-    const char * v = std::getenv("KVLAB_VERBOSE");
-    void * verbose = (v && std::strcmp(v, "0") != 0) ? reinterpret_cast<void *>(1) : nullptr;
-    llama_log_set(filtered_log, verbose);
-    ggml_log_set(filtered_log, verbose);
+void set_backend_logging(bool verbose) {
+    void * v = verbose ? reinterpret_cast<void *>(1) : nullptr;
+    llama_log_set(filtered_log, v);
+    ggml_log_set(filtered_log, v);
 }
 
 }  // namespace kvlab

@@ -131,19 +131,14 @@ std::string sha256_file(const std::string & path) {
     return h.hex();
 }
 
-std::string cache_dir() {
-    if (const char * c = std::getenv("KVLAB_CACHE"); c && *c) return c;
-    const char * home = std::getenv("HOME");
-    return std::string(home && *home ? home : ".") + "/.cache/kvlab";
-}
-
-std::string sha256_file_cached(const std::string & path) {
+std::string sha256_file_cached(const std::string & path, const std::string & cache_dir) {
+    if (cache_dir.empty()) return sha256_file(path);
     const FileStamp before = stamp_of(path);
     std::error_code ec;
     std::string key = std::filesystem::canonical(path, ec).string();
     if (ec) key = std::filesystem::absolute(path).string();
 
-    const std::string file = cache_dir() + "/hashes.json";
+    const std::string file = cache_dir + "/hashes.json";
     nlohmann::json cache = load_hash_cache(file);
     if (std::string hit = cached_hash(cache, key, before); !hit.empty()) return hit;
 

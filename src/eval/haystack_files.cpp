@@ -1,6 +1,5 @@
 // The project's bundled haystack essays, found beside the executable or the working directory.
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 
 #include "eval/runner.h"
@@ -10,9 +9,9 @@ namespace kvlab::eval {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> default_haystack() {
+std::vector<std::string> default_haystack(const std::string & data_dir) {
     std::vector<fs::path> roots;
-    if (const char * d = std::getenv("KVLAB_DATA_DIR")) roots.emplace_back(d);
+    if (!data_dir.empty()) roots.emplace_back(data_dir);
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {

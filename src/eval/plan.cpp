@@ -36,7 +36,7 @@ void drop_torn_record(const std::string & path) {
 
 }  // namespace
 
-RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & tok) {
+RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & tok, const std::string & data_dir) {
     if (cfg.n_shards < 1 || cfg.shard < 0 || cfg.shard >= cfg.n_shards)
         throw Error("eval", "shard must be i/N with 0 <= i < N, got " + std::to_string(cfg.shard) + "/" +
                                 std::to_string(cfg.n_shards));
@@ -52,7 +52,7 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
             plan.configs.push_back({cfg.methods[m].name, b.label(), int(m), b});
         }
 
-    const Haystack hay = load_haystack(cfg.haystack.empty() ? default_haystack() : cfg.haystack);
+    const Haystack hay = load_haystack(cfg.haystack.empty() ? default_haystack(data_dir) : cfg.haystack);
     const TokenCounter count = [&](const std::string & s) { return int64_t(tok.encode(s, false).size()); };
     std::vector<Sample> samples;
     for (const std::string & t : cfg.tasks) {

@@ -40,11 +40,11 @@ struct RunPlan {
     std::vector<EvalConfig> configs;  // [0] is the full cache
     std::set<RecordKey> done;         // answers already in the output file
     std::string out_path;
-    int64_t n_answers() const;        // answers this shard owes, done ones included
+    int64_t n_answers() const;  // answers this shard owes, done ones included
 };
 
 // Validates the configuration and the methods, generates the samples, reads what is done.
-RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & tok);
+RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & tok, const std::string & data_dir);
 
 // Opens the output for appending; writes the header record when the file is new.
 std::ofstream open_records(const RunPlan & plan, const RunConfig & cfg, const nlohmann::json & provenance);

@@ -159,13 +159,15 @@ private:
 
 }  // namespace
 
-std::string run(const RunConfig & cfg, const std::function<void(const Progress &)> & on_progress) {
-    const std::string path = resolve_model(cfg.model);
+std::string run(const RunConfig & cfg, const RunEnv & env, const std::function<void(const Progress &)> & on_progress) {
+    const std::string path = resolve_model(cfg.model, env.models);
     // n_threads 0: follows the idle CPUs
-    auto model =
-        Model::load(path, {.n_threads = cfg.threads, .products = parse_products(cfg.products), .repack = cfg.repack});
+    auto model = Model::load(path, {.n_threads = cfg.threads,
+                                    .products = parse_products(cfg.products),
+                                    .repack = cfg.repack,
+                                    .hash_cache_dir = env.hash_cache_dir});
     Tokenizer tok(path);
-    const RunPlan plan = plan_run(cfg, *model, tok);
+    const RunPlan plan = plan_run(cfg, *model, tok, env.data_dir);
     std::ofstream os = open_records(plan, cfg, provenance(*model, tok));
     Engine engine(*model, EngineOptions{cfg.chunk, parse_attention_kernel(cfg.attention)});
     Runner runner(cfg, engine, tok, plan, os, on_progress);

@@ -13,6 +13,7 @@
 
 #include "eval/tasks.h"
 #include "kvlab/press.h"
+#include "kvlab/registry.h"
 
 namespace kvlab::eval {
 
@@ -60,12 +61,21 @@ struct Progress {
     std::string what;
 };
 
+// What a run takes from its surroundings (the tools fill it from the environment,
+// tools/environment.h): where models come from, where file hashes are memoised, and a folder
+// searched first for the bundled haystack.
+struct RunEnv {
+    ModelStore models;
+    std::string hash_cache_dir;
+    std::string data_dir;  // "": only beside the executable and the working directory
+};
+
 // Runs the configuration; writes <out_dir>/records-<shard>-of-<N>.jsonl (a header record,
 // then one record per answer, flushed as they come) and returns the path.
-std::string run(const RunConfig & cfg, const std::function<void(const Progress &)> & on_progress);
+std::string run(const RunConfig & cfg, const RunEnv & env, const std::function<void(const Progress &)> & on_progress);
 
-// The project's bundled haystack (data/haystack/*.txt), found from the executable's or the
-// current directory.
-std::vector<std::string> default_haystack();
+// The project's bundled haystack (data/haystack/*.txt), found in data_dir (when given), then
+// from the executable's or the current directory.
+std::vector<std::string> default_haystack(const std::string & data_dir);
 
 }  // namespace kvlab::eval

@@ -16,7 +16,6 @@
 #include "gguf.h"
 #include "kvlab/cpu_share.h"
 #include "kvlab/error.h"
-#include "kvlab/log.h"
 #include "kvlab/sys.h"
 #include "model/arch.h"
 #include "model/gguf_meta.h"
@@ -96,17 +95,27 @@ struct Model::Threads {
     std::unique_ptr<IdleCpuTracker> tracker;  // null: fixed
 };
 
-Model::Model() : threads_(std::make_unique<Threads>()) {}
+struct Model::Sha {
+    std::once_flag once;
+    std::string hex;
+};
+
+Model::Model() : sha_(std::make_unique<Sha>()), threads_(std::make_unique<Threads>()) {}
+
+const std::string & Model::file_sha256() const {
+    std::call_once(sha_->once, [this] { sha_->hex = sha256_file_cached(path_, hash_cache_dir_); });
+    return sha_->hex;
+}
 Model::~Model() = default;
 Model::Model(Model &&) noexcept = default;
 Model & Model::operator=(Model &&) noexcept = default;
 
 std::unique_ptr<Model> Model::load(const std::string & path, const ModelOptions & opts) {
-    init_backend_logging();  // ggml's own messages (e.g. repacking) only with KVLAB_VERBOSE
     const double t0 = now_seconds();
     std::unique_ptr<Model> m(new Model());
     m->path_ = path;
     m->products_ = opts.products;
+    m->hash_cache_dir_ = opts.hash_cache_dir;
     const int n_threads = opts.n_threads;
     if (n_threads < 0) throw Error("model", "threads cannot be negative");
     if (n_threads == 0) {

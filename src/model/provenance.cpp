@@ -62,7 +62,7 @@ nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
     j["model"] = {
         {"path", fs::absolute(model.path()).string()},
         {"file_bytes", fs::file_size(model.path())},
-        {"sha256", sha256_file_cached(model.path())},
+        {"sha256", model.file_sha256()},
         {"gguf", to_json(gs)},
     };
     j["hparams"] = hparams_json(model);

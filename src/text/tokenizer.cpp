@@ -4,7 +4,6 @@
 #include "ggml-cpp.h"
 #include "gguf.h"
 #include "kvlab/error.h"
-#include "kvlab/log.h"
 #include "kvlab/text.h"
 #include "llama.h"
 
@@ -42,7 +41,6 @@ void check_vocabulary(const std::string & path) {
 }  // namespace
 
 Tokenizer::Tokenizer(const std::string & path) {
-    init_backend_logging();
     check_vocabulary(path);
     llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;

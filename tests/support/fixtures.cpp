@@ -13,9 +13,16 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "environment.h"
+#include "kvlab/log.h"
 #include "kvlab/model.h"
 
 namespace kvlab::test {
+
+namespace {
+// ggml and libllama quiet but for errors, as in the kvlab binary ($KVLAB_VERBOSE=1: everything).
+const bool k_backend_logging = (set_backend_logging(cli::environment().verbose), true);
+}  // namespace
 
 std::string source_dir() {
     const char * s = std::getenv("KVLAB_SOURCE_DIR");
