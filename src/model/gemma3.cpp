@@ -69,12 +69,10 @@ public:
 
         const int64_t n_embd = hp.n_embd, n_q = int64_t(hp.n_head) * hp.head_dim;
         const int64_t n_kv = int64_t(hp.n_head_kv) * hp.head_dim, n_ff = n_ff_;
-        tok_embd_ = r.required("token_embd.weight", {n_embd, -1}, mat);
-        output_norm_ = r.required("output_norm.weight", {n_embd}, vec);
-        output_ = r.optional("output.weight", {n_embd, tok_embd_->ne[1]}, mat);
-        if (!output_) output_ = tok_embd_;
-        if (tok_embd_->ne[1] > INT32_MAX) r.fail("token_embd has more rows than token ids can name");
-        hp.n_vocab = int32_t(output_->ne[1]);
+        const graph::EmbeddingsAndHead e = graph::load_embeddings_and_head(r, hp);
+        tok_embd_ = e.tok_embd;
+        output_norm_ = e.output_norm;
+        output_ = e.output;
 
         layers_.resize(hp.n_layer);
         for (int il = 0; il < hp.n_layer; ++il) {

@@ -26,6 +26,18 @@ ggml_tensor * add_bias(ggml_context * ctx, ggml_tensor * y, ggml_tensor * b) {
 
 }  // namespace
 
+EmbeddingsAndHead load_embeddings_and_head(const ModelReader & r, HParams & hp) {
+    using Role = ModelReader::Role;
+    EmbeddingsAndHead e;
+    e.tok_embd = r.required("token_embd.weight", {hp.n_embd, -1}, Role::matrix);
+    e.output_norm = r.required("output_norm.weight", {hp.n_embd}, Role::vector);
+    e.output = r.optional("output.weight", {hp.n_embd, e.tok_embd->ne[1]}, Role::matrix);
+    if (!e.output) e.output = e.tok_embd;
+    if (e.tok_embd->ne[1] > INT32_MAX) r.fail("token_embd has more rows than token ids can name");
+    hp.n_vocab = int32_t(e.output->ne[1]);
+    return e;
+}
+
 ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd) {
     return ggml_get_rows(g.ctx, tok_embd, g.in.tokens);
 }

@@ -7,6 +7,16 @@
 
 namespace kvlab::graph {
 
+// The embedding table and the LM head every architecture loads: token_embd [n_embd, n_vocab],
+// output_norm F32 [n_embd], output [n_embd, n_vocab] (token_embd itself when the file ties them);
+// sets hp.n_vocab from the head. Errors name the file and the tensor.
+struct EmbeddingsAndHead {
+    ggml_tensor * tok_embd = nullptr;
+    ggml_tensor * output_norm = nullptr;
+    ggml_tensor * output = nullptr;
+};
+EmbeddingsAndHead load_embeddings_and_head(const ModelReader & r, HParams & hp);
+
 // Token embeddings: rows of tok_embd [n_embd, n_vocab] for g.in.tokens -> F32 [n_embd, n_tokens].
 ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd);
 

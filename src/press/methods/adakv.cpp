@@ -47,7 +47,6 @@ const MethodRegistrar reg([] {
             });
     };
     r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"allocation", "kvpress"}};
-    r.info.kvpress_differs = "";
     r.info.defaults_differ =
         "allocation=adakv: the Ada-KV paper's b_h = round(n_h (1 - alpha) + floor(alpha b)) over the candidates; "
         "kvpress counts the window inside n_kept and protects each head's top int(alpha n_kept) before the global "

@@ -214,7 +214,7 @@ std::unique_ptr<Scorer> make_scorer(const Params & p, const Model & m) {
 }
 
 const MethodRegistrar reg([] {
-    Registration r = uniform_method(
+    return uniform_method(
         MethodInfo{"expected_attention",
                    "attention expected from future queries (query mean and covariance, RoPE-averaged), times ||v||",
                    {{"n_future", "512", "future positions the RoPE rotation is averaged over"},
@@ -224,9 +224,6 @@ const MethodRegistrar reg([] {
                    false,
                    true},
         make_scorer);
-    r.info.kvpress_params = {};
-    r.info.kvpress_differs = "";
-    return r;
 });
 
 }  // namespace

@@ -106,7 +106,6 @@ const MethodRegistrar reg([] {
         });
     };
     r.info.kvpress_params = {{"normalize", "true"}, {"recent", "0"}};
-    r.info.kvpress_differs = "";
     r.info.defaults_differ =
         "recent=0.5 and raw column sums: H2O's heavy hitters plus a recent window; kvpress's ObservedAttention divides "
         "each sum by the queries that see the key and keeps no recent window";

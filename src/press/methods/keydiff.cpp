@@ -42,7 +42,6 @@ const MethodRegistrar reg([] {
                                   false},
                        make_scorer);
     r.info.kvpress_params = {{"n_sink", "0"}};
-    r.info.kvpress_differs = "";
     r.info.defaults_differ = "keeps 4 sinks; kvpress keeps none";
     return r;
 });

@@ -31,8 +31,6 @@ std::unique_ptr<Scorer> make_scorer(const Params &, const Model & m) {
 const MethodRegistrar reg([] {
     Registration r =
         uniform_method(MethodInfo{"knorm", "keeps the keys with the lowest L2 norm", {}, false, false}, make_scorer);
-    r.info.kvpress_params = {};
-    r.info.kvpress_differs = "";
     return r;
 });
 

@@ -177,8 +177,6 @@ const MethodRegistrar reg([] {
           "the later chunks' repeat prompt (followed by the previous chunk's last `overlap` tokens)"}},
         false,
         false};
-    r.info.kvpress_params = {};
-    r.info.kvpress_differs = "";
     r.make = [](const Params & p, const Model & m) -> std::unique_ptr<Press> {
         return std::make_unique<KvzipPress>(p, m);
     };

@@ -41,7 +41,6 @@ const MethodRegistrar reg([] {
                                                false,
                                                false},
                                     make_scorer);
-    r.info.kvpress_params = {};
     r.info.kvpress_differs = "kvpress draws its scores from torch's generator: the same rule, other rows";
     return r;
 });

@@ -89,7 +89,6 @@ const MethodRegistrar reg([] {
                                   window_params(), false, true},
                        make_window_scorer);
     r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
-    r.info.kvpress_differs = "";
     r.info.defaults_differ =
         "w=32, k=7 and max pooling, as SnapKV's reference code; kvpress uses w=64, k=5, avg pooling and averages the "
         "window rows";

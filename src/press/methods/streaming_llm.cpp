@@ -30,15 +30,12 @@ std::unique_ptr<Scorer> make_scorer(const Params & p, const Model &) {
 }
 
 const MethodRegistrar reg([] {
-    Registration r = uniform_method({"streaming_llm",
-                                     "attention sinks plus the most recent tokens",
-                                     {{"n_sink", "4", "first tokens always kept (attention sinks)"}},
-                                     false,
-                                     false},
-                                    make_scorer);
-    r.info.kvpress_params = {};
-    r.info.kvpress_differs = "";
-    return r;
+    return uniform_method({"streaming_llm",
+                           "attention sinks plus the most recent tokens",
+                           {{"n_sink", "4", "first tokens always kept (attention sinks)"}},
+                           false,
+                           false},
+                          make_scorer);
 });
 
 }  // namespace

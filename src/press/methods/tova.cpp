@@ -77,7 +77,6 @@ const MethodRegistrar reg([] {
                    true},
         make_scorer);
     r.info.kvpress_params = {{"keep_last", "true"}};
-    r.info.kvpress_differs = "";
     r.info.defaults_differ = "keep_last=false: TOVA's rule; kvpress always keeps the last context token";
     return r;
 });
