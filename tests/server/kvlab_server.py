@@ -114,21 +114,21 @@ class KvlabServer:
     def log(self):
         return "".join(self._log)
 
-    def vm_peak(self):
-        """The process's peak address space (VmPeak of /proc/PID/status), in bytes."""
+    def _status_bytes(self, field):
+        """A memory figure of /proc/PID/status ("VmPeak:", "VmRSS:"), in bytes."""
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
-                if line.startswith("VmPeak:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmPeak for kvlab serve")
+        raise RuntimeError("no %s for kvlab serve" % field)
+
+    def vm_peak(self):
+        """The process's peak address space, in bytes."""
+        return self._status_bytes("VmPeak:")
 
     def rss(self):
-        """The process's resident memory (VmRSS of /proc/PID/status), in bytes."""
-        with open("/proc/%d/status" % self.proc.pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS for kvlab serve")
+        """The process's resident memory, in bytes."""
+        return self._status_bytes("VmRSS:")
 
     def request(self, method, path, body=None, headers=None, raw=None):
         """(status, parsed JSON or text, headers); never raises for HTTP errors."""
