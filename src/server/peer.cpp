@@ -44,30 +44,44 @@ std::string endpoint(const std::string & proc_addr, int port) {
     return proc_addr + p;
 }
 
+// The sockets of one of /proc/self/net/tcp{,6}: local and remote "ADDR:PORT", state, inode.
+struct TcpLine {
+    std::string local, remote, state;
+    unsigned long inode = 0;
+};
+
+std::vector<TcpLine> read_table(bool v6) {
+    std::ifstream in(v6 ? "/proc/self/net/tcp6" : "/proc/self/net/tcp");
+    std::vector<TcpLine> out;
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+        std::istringstream f(line);
+        std::string sl, queues, timer, retr, uid, timeout;
+        TcpLine t;
+        if (f >> sl >> t.local >> t.remote >> t.state >> queues >> timer >> retr >> uid >> timeout >> t.inode)
+            out.push_back(std::move(t));
+    }
+    return out;
+}
+
 }  // namespace
 
 std::vector<TcpConnection> tcp_connections(int local_port) {
-    char port[8];
-    std::snprintf(port, sizeof(port), ":%04X", unsigned(local_port) & 0xffffu);
+    const std::string port = endpoint("", local_port);  // ":PPPP"
     std::vector<TcpConnection> out;
-    for (const char * table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
-        std::ifstream in(table);
-        std::string line;
-        std::getline(in, line);  // the header
-        while (std::getline(in, line)) {
-            std::istringstream f(line);
-            std::string sl, l, r, st, queues, timer, retr, uid, timeout;
-            TcpConnection c;
-            if (!(f >> sl >> l >> r >> st >> queues >> timer >> retr >> uid >> timeout >> c.inode)) continue;
+    for (const bool v6 : {false, true})
+        for (TcpLine & t : read_table(v6)) {
             // connections of ours that a worker holds: established (01), or closed by the client
             // and not yet by us (08, CLOSE_WAIT); not the listener, nor those we closed already
-            if (l.size() < 5 || l.compare(l.size() - 5, 5, port) != 0 || (st != "01" && st != "08")) continue;
-            c.remote = r;
-            c.remote_ip = r.substr(0, r.find(':'));
-            c.state = st;
+            if (!t.local.ends_with(port) || (t.state != "01" && t.state != "08")) continue;
+            TcpConnection c;
+            c.remote_ip = t.remote.substr(0, t.remote.find(':'));
+            c.remote = std::move(t.remote);
+            c.state = std::move(t.state);
+            c.inode = t.inode;
             out.push_back(std::move(c));
         }
-    }
     return out;
 }
 
@@ -86,14 +100,8 @@ std::string tcp_state(const std::string & local_addr, int local_port, const std:
         std::string la, ra;
         if (!proc_address(local_addr, v6, la) || !proc_address(remote_addr, v6, ra)) continue;
         const std::string local = endpoint(la, local_port), remote = endpoint(ra, remote_port);
-        std::ifstream in(v6 ? "/proc/self/net/tcp6" : "/proc/self/net/tcp");
-        std::string line;
-        std::getline(in, line);  // the header
-        while (std::getline(in, line)) {
-            std::istringstream f(line);
-            std::string sl, l, r, st;
-            if ((f >> sl >> l >> r >> st) && l == local && r == remote) return st;
-        }
+        for (const TcpLine & t : read_table(v6))
+            if (t.local == local && t.remote == remote) return t.state;
     }
     return "";
 }
