@@ -499,7 +499,7 @@ class HostileClients(unittest.TestCase):
                   % (duration, results["ok"], len(results["errors"]), start_rss / 2**20, peak / 2**20))
             self.assertEqual(results["errors"], [])
             self.assertGreater(results["ok"], 0)
-            self.assertLess(peak - start_rss, rss_bound(128 << 20))  # measured +37 MiB over 20 s, +29 MiB over 60 s
+            self.assertLess(peak - start_rss, rss_bound(128 << 20))  # measured +37 MiB over 20 s, +29 and +36 MiB over 60 s
             self.assertEqual(s.get("/health")[0], 200)
 
     def test_copied_and_corrupt_store_files(self):
