@@ -1,5 +1,7 @@
 // kvlab's float32 attention kernel against a plain double-precision reference on random
-// tensors, for segments of different lengths per KV head, any thread count and split.
+// tensors, for segments of different lengths per KV head, any thread count and split, over
+// F16 rows and over ggml's Q8_0 / Q4_0 rows (quantized by ggml's reference quantizers; the
+// reference reads the values ggml's dequantizers give).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,26 +18,49 @@ struct Case {
     std::vector<int64_t> rows;  // rows per KV head (the query rows' own rows included)
 };
 
+struct Types {
+    ggml_type k = GGML_TYPE_F16, v = GGML_TYPE_F16;
+};
+
 struct Data {
-    std::vector<float> q;                        // [n_q][n_head][head_dim]
-    std::vector<std::vector<ggml_fp16_t>> k, v;  // per KV head [rows][head_dim]
-    std::vector<std::vector<int32_t>> pos;       // per KV head, ascending
+    Types types;
+    std::vector<float> q;                    // [n_q][n_head][head_dim]
+    std::vector<std::vector<uint8_t>> k, v;  // per KV head [rows] of its type
+    std::vector<std::vector<float>> kf, vf;  // the same rows as ggml's dequantizer reads them
+    std::vector<std::vector<int32_t>> pos;   // per KV head, ascending
     std::vector<int32_t> q_pos;
 };
 
-Data make_data(const Case & c, uint64_t seed) {
+// n rows of head_dim values stored as type t (ggml's reference quantizers) and read back.
+void store(ggml_type t, const std::vector<float> & x, int64_t n, int d, std::vector<uint8_t> & raw,
+           std::vector<float> & back) {
+    raw.resize(size_t(n) * ggml_row_size(t, d));
+    if (t == GGML_TYPE_F16)
+        ggml_fp32_to_fp16_row(x.data(), reinterpret_cast<ggml_fp16_t *>(raw.data()), int64_t(x.size()));
+    else
+        ggml_quantize_chunk(t, x.data(), raw.data(), 0, n, d, nullptr);
+    back.resize(x.size());
+    ggml_get_type_traits(t)->to_float(raw.data(), back.data(), int64_t(x.size()));
+}
+
+Data make_data(const Case & c, uint64_t seed, Types types = {}) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     Data d;
+    d.types = types;
     d.q.resize(size_t(c.n_q) * c.n_head * c.head_dim);
     for (float & x : d.q) x = 2.0f * nd(rng);
     const int32_t last = 5000;
     for (int i = 0; i < c.n_q; ++i) d.q_pos.push_back(last - c.n_q + 1 + i);
     for (int h = 0; h < c.n_head_kv; ++h) {
         const int64_t n = c.rows[h];
-        std::vector<ggml_fp16_t> k(size_t(n) * c.head_dim), v(k.size());
-        for (auto & x : k) x = ggml_fp32_to_fp16(nd(rng));
-        for (auto & x : v) x = ggml_fp32_to_fp16(nd(rng));
+        std::vector<float> kx(size_t(n) * c.head_dim), vx(kx.size());
+        for (auto & x : kx) x = nd(rng);
+        for (auto & x : vx) x = nd(rng);
+        std::vector<uint8_t> k, v;
+        std::vector<float> kf, vf;
+        store(types.k, kx, n, c.head_dim, k, kf);
+        store(types.v, vx, n, c.head_dim, v, vf);
         // old rows at sparse increasing positions (a compressed cache), then the query rows
         std::vector<int32_t> p;
         const int64_t old = n - c.n_q;
@@ -43,6 +68,8 @@ Data make_data(const Case & c, uint64_t seed) {
         for (int i = 0; i < c.n_q; ++i) p.push_back(d.q_pos[i]);
         d.k.push_back(std::move(k));
         d.v.push_back(std::move(v));
+        d.kf.push_back(std::move(kf));
+        d.vf.push_back(std::move(vf));
         d.pos.push_back(std::move(p));
     }
     return d;
@@ -59,8 +86,7 @@ std::vector<double> reference(const Case & c, const Data & d, float scale) {
             for (int64_t j = 0; j < c.rows[h]; ++j) {
                 if (d.pos[h][j] > d.q_pos[i]) break;
                 double dot = 0;
-                for (int e = 0; e < c.head_dim; ++e)
-                    dot += double(q[e]) * ggml_fp16_to_fp32(d.k[h][j * c.head_dim + e]);
+                for (int e = 0; e < c.head_dim; ++e) dot += double(q[e]) * d.kf[h][j * c.head_dim + e];
                 s.push_back(dot * scale);
             }
             double m = -1e300, z = 0;
@@ -68,7 +94,7 @@ std::vector<double> reference(const Case & c, const Data & d, float scale) {
             for (double & x : s) z += (x = std::exp(x - m));
             double * o = out.data() + (size_t(i) * c.n_head + qh) * c.head_dim;
             for (size_t j = 0; j < s.size(); ++j)
-                for (int e = 0; e < c.head_dim; ++e) o[e] += s[j] / z * ggml_fp16_to_fp32(d.v[h][j * c.head_dim + e]);
+                for (int e = 0; e < c.head_dim; ++e) o[e] += s[j] / z * d.vf[h][j * c.head_dim + e];
         }
     return out;
 }
@@ -84,7 +110,8 @@ std::vector<float> run_kernel(const Case & c, const Data & d, float scale, int64
     p.scale = scale;
     p.q_pos = d.q_pos.data();
     p.chunk_rows = chunk_rows;
-    for (int h = 0; h < c.n_head_kv; ++h) p.seg.push_back({d.k[h].data(), d.v[h].data(), d.pos[h].data(), c.rows[h]});
+    for (int h = 0; h < c.n_head_kv; ++h)
+        p.seg.push_back({d.k[h].data(), d.v[h].data(), d.types.k, d.types.v, d.pos[h].data(), c.rows[h]});
     std::vector<float> out(size_t(c.n_q) * c.n_head * c.head_dim);
     std::vector<float> part(size_t(p.n_chunks()) * c.n_q * c.n_head * (c.head_dim + 2));
     std::vector<float> pre;
@@ -111,6 +138,7 @@ TEST(Attention, MatchesPlainReferenceOnAnyShape) {
     uint64_t seed = 1;
     for (const Case & c : cases) {
         const Data d = make_data(c, seed++);
+        SCOPED_TRACE("case with head_dim " + std::to_string(c.head_dim) + ", " + std::to_string(c.n_q) + " queries");
         const float scale = 1.0f / std::sqrt(float(c.head_dim));
         const auto ref = reference(c, d, scale);
         const auto first = run_kernel(c, d, scale, 512, 1);
@@ -126,6 +154,46 @@ TEST(Attention, MatchesPlainReferenceOnAnyShape) {
                 }
             }
     }
+}
+
+// Quantized rows: the kernel reads exactly ggml's dequantized values (its 16-wide
+// conversion and ggml's scalar dequantizer agree to the bit: the same exact products), so the
+// bound against the double reference is the F16 one; converting ahead and the thread count
+// change no bit; K and V of different types.
+TEST(Attention, QuantizedRowsMatchTheReference) {
+    const std::vector<Case> cases = {
+        {1, 9, 3, 64, {700, 40, 700}},       // decode, heads of different lengths
+        {70, 4, 4, 32, {200, 71, 150, 90}},  // a long query, no GQA (converted ahead)
+        {17, 14, 2, 128, {129, 64}},         // GQA 7, head_dim 128
+    };
+    const std::vector<Types> types = {{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0},
+                                      {GGML_TYPE_Q4_0, GGML_TYPE_Q4_0},
+                                      {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0},
+                                      {GGML_TYPE_F16, GGML_TYPE_Q8_0},
+                                      {GGML_TYPE_Q4_0, GGML_TYPE_F16}};
+    uint64_t seed = 40;
+    for (const Types & t : types)
+        for (const Case & c : cases) {
+            SCOPED_TRACE(std::string("K ") + ggml_type_name(t.k) + ", V " + ggml_type_name(t.v) + ", head_dim " +
+                         std::to_string(c.head_dim) + ", " + std::to_string(c.n_q) + " queries");
+            const Data d = make_data(c, seed++, t);
+            const float scale = 1.0f / std::sqrt(float(c.head_dim));
+            const auto ref = reference(c, d, scale);
+            const auto first = run_kernel(c, d, scale, 512, 1);
+            for (int64_t chunk_rows : {512, 64})
+                for (int nth : {1, 3}) {
+                    const auto got = run_kernel(c, d, scale, chunk_rows, nth);
+                    double max_err = 0;
+                    for (size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::abs(got[i] - ref[i]));
+                    EXPECT_LT(max_err, 2e-5) << "chunk rows " << chunk_rows << " threads " << nth;
+                    if (chunk_rows == 512) {
+                        EXPECT_EQ(got, first) << "threads " << nth;
+                    }
+                    if (kernels::attn::converts_ahead({.n_q = c.n_q, .chunk_rows = chunk_rows})) {
+                        EXPECT_EQ(run_kernel(c, d, scale, chunk_rows, nth, true), got) << "converted ahead";
+                    }
+                }
+        }
 }
 
 TEST(Attention, ConvertingAheadGivesTheSameBits) {

@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -191,7 +193,7 @@ void append(KvStore & s, int64_t n, uint64_t salt = 0) {
 }
 
 // What the header states of every store: the segments of layer il lie one after another, in head
-// order, in the layer's F16 [head_dim, rows] K and V tensors (the plain [head_dim, cap, n_head_kv]
+// order, in the layer's [head_dim, rows] K and V tensors of the store's types (the plain [head_dim, cap, n_head_kv]
 // block when capacities are equal); a segment holds at most its capacity, its positions ascending
 // and below next_pos(); rows_per_segment() and total_rows() count the held rows; used_bytes() is
 // their bytes (row_bytes() each), bytes() what the capacities take plus at most the alignment
@@ -224,10 +226,13 @@ void append(KvStore & s, int64_t n, uint64_t salt = 0) {
             rows += s.capacity(il, h);
             held += s.n_rows(il, h);
         }
-        for (const ggml_tensor * t : {s.k(il), s.v(il)})
-            if (t->type != GGML_TYPE_F16 || t->ne[0] != s.head_dim() || t->ne[1] != rows)
-                return ::testing::AssertionFailure() << "layer " << il << ": tensor [" << t->ne[0] << ", " << t->ne[1]
-                                                     << "], want F16 [" << s.head_dim() << ", " << rows << "]";
+        for (const ggml_tensor * t : {s.k(il), s.v(il)}) {
+            const ggml_type want = t == s.k(il) ? s.types().k : s.types().v;
+            if (t->type != want || t->ne[0] != s.head_dim() || t->ne[1] != rows)
+                return ::testing::AssertionFailure()
+                       << "layer " << il << ": tensor " << ggml_type_name(t->type) << " [" << t->ne[0] << ", "
+                       << t->ne[1] << "], want " << ggml_type_name(want) << " [" << s.head_dim() << ", " << rows << "]";
+        }
         cap_bytes += uint64_t(rows) * s.row_bytes();
     }
     if (s.total_rows() != held)
@@ -716,6 +721,173 @@ TEST_F(KvStoreTest, BytesFollowCapacitiesAndHeldRows) {
     KvStore c = s.copy(10);
     EXPECT_EQ(c.used_bytes(), s.used_bytes());
     EXPECT_TRUE(layout_ok(c, be()));
+}
+
+// --- quantized rows ----------------------------------------------------------------------
+
+// The stored bytes of the K (value false) or V row at position pos of segment (il, h): the
+// row's elements quantized by ggml's reference quantizer (or rounded to F16).
+std::vector<uint8_t> quant_row(ggml_type t, int il, int h, int32_t pos, int d, bool value, uint64_t salt) {
+    std::vector<float> x(static_cast<size_t>(d));
+    for (int e = 0; e < d; ++e) x[size_t(e)] = element(il, h, pos, e, value, salt);
+    std::vector<uint8_t> out(ggml_row_size(t, d));
+    if (t == GGML_TYPE_F16)
+        ggml_fp32_to_fp16_row(x.data(), reinterpret_cast<ggml_fp16_t *>(out.data()), d);
+    else
+        ggml_quantize_chunk(t, x.data(), out.data(), 0, 1, d, nullptr);
+    return out;
+}
+
+// Writes every held row as quant_row() gives it.
+void write_all_quant(KvStore & s, uint64_t salt = 0) {
+    for (int il = 0; il < s.n_layer(); ++il)
+        for (int h = 0; h < s.n_head_kv(); ++h)
+            for (bool value : {false, true}) {
+                const ggml_type t = value ? s.types().v : s.types().k;
+                std::vector<uint8_t> rows;
+                for (int32_t p : s.positions(il, h)) {
+                    const auto r = quant_row(t, il, h, p, s.head_dim(), value, salt);
+                    rows.insert(rows.end(), r.begin(), r.end());
+                }
+                s.write_rows(il, h, value, rows.data());
+            }
+}
+
+// Every held row holds quant_row()'s bytes for its (layer, head, position), and read_k / read_v
+// give what ggml's dequantizer makes of them, rotated back where the store rotates.
+::testing::AssertionResult quant_rows_match(const KvStore & s, uint64_t salt = 0) {
+    const int d = s.head_dim();
+    for (int il = 0; il < s.n_layer(); ++il)
+        for (int h = 0; h < s.n_head_kv(); ++h)
+            for (bool value : {false, true}) {
+                const ggml_type t = value ? s.types().v : s.types().k;
+                const size_t rb = ggml_row_size(t, d);
+                if (rb != (value ? s.v_row_bytes() : s.k_row_bytes()))
+                    return ::testing::AssertionFailure() << "row bytes of " << ggml_type_name(t);
+                const std::vector<int32_t> & pos = s.positions(il, h);
+                std::vector<uint8_t> raw(pos.size() * rb);
+                s.read_rows(il, h, value, raw.data());
+                std::vector<float> want(raw.size() / rb * size_t(d));
+                for (size_t r = 0; r < pos.size(); ++r) {
+                    if (quant_row(t, il, h, pos[r], d, value, salt) !=
+                        std::vector<uint8_t>(raw.begin() + long(r * rb), raw.begin() + long((r + 1) * rb)))
+                        return ::testing::AssertionFailure()
+                               << "layer " << il << " head " << h << " row " << r << " (position " << pos[r] << ") of "
+                               << (value ? "V" : "K") << ": other bytes";
+                }
+                if (!raw.empty()) ggml_get_type_traits(t)->to_float(raw.data(), want.data(), int64_t(want.size()));
+                const int32_t rot = value ? s.types().v_rotation(d) : s.types().k_rotation(d);
+                if (rot > 0) hadamard_rows(want.data(), int64_t(want.size()), rot);
+                if ((value ? s.read_v(il, h) : s.read_k(il, h)) != want)
+                    return ::testing::AssertionFailure() << "layer " << il << " head " << h << ": read_"
+                                                         << (value ? "v" : "k") << " is not ggml's dequantization";
+            }
+    return ::testing::AssertionSuccess();
+}
+
+// Q8_0 K and Q4_0 V (and the reverse) through every operation: each row keeps its bytes and its
+// position, the tensors have the types, bytes() and used_bytes() follow the types' row sizes.
+TEST_F(KvStoreTest, QuantizedRowsKeepTheirBytesThroughEveryOperation) {
+    const HParams hp = shape(2, 3, 64);
+    for (const CacheTypes types :
+         {CacheTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, CacheTypes{GGML_TYPE_Q4_0, GGML_TYPE_Q8_0}}) {
+        SCOPED_TRACE(std::string("K ") + ggml_type_name(types.k) + ", V " + ggml_type_name(types.v));
+        KvStore s(hp, be(), 10, types);
+        EXPECT_EQ(s.types(), types);
+        EXPECT_EQ(s.k_row_bytes(), ggml_row_size(types.k, 64));
+        EXPECT_EQ(s.row_bytes(), ggml_row_size(types.k, 64) + ggml_row_size(types.v, 64));
+        s.commit(10);
+        write_all_quant(s);
+        EXPECT_TRUE(quant_rows_match(s));
+        EXPECT_TRUE(layout_ok(s, be()));
+        s.reserve(20);  // grows: rows copied into the bigger store
+        EXPECT_TRUE(quant_rows_match(s));
+        EXPECT_TRUE(layout_ok(s, be()));
+        KvStore c = s.copy(3);
+        EXPECT_EQ(c.types(), types);
+        EXPECT_TRUE(quant_rows_match(c));
+        KeepPlan keep(2);
+        for (int il = 0; il < 2; ++il) keep[size_t(il)] = {{0, 3, 9}, {}, {1, 2, 3, 4, 5, 6, 7, 8}};
+        s.compact(keep, 2);
+        EXPECT_TRUE(positions_are(s, {{{0, 3, 9}, {}, range(1, 9)}, {{0, 3, 9}, {}, range(1, 9)}}));
+        EXPECT_TRUE(quant_rows_match(s));
+        EXPECT_TRUE(layout_ok(s, be()));
+        EXPECT_TRUE(rows_plus_reserve(s, 2));
+        s.truncate(4, 1);
+        EXPECT_TRUE(positions_are(s, {{{0, 3}, {}, range(1, 4)}, {{0, 3}, {}, range(1, 4)}}));
+        EXPECT_TRUE(quant_rows_match(s));
+        EXPECT_TRUE(layout_ok(s, be()));
+        KvStore r = KvStore::restore(hp, be(), positions_of(c), c.next_pos(), 0, types);
+        for (int il = 0; il < 2; ++il)
+            for (int h = 0; h < 3; ++h)
+                for (bool value : {false, true}) {
+                    std::vector<uint8_t> raw(size_t(c.n_rows(il, h)) * (value ? c.v_row_bytes() : c.k_row_bytes()));
+                    c.read_rows(il, h, value, raw.data());
+                    r.write_rows(il, h, value, raw.data());
+                }
+        EXPECT_TRUE(quant_rows_match(r));
+        EXPECT_TRUE(layout_ok(r, be()));
+        EXPECT_TRUE(quant_rows_match(c));  // the copy never saw the compactions
+    }
+}
+
+TEST_F(KvStoreTest, QuantizedSlidingSegmentsSlideWholeUnits) {
+    HParams hp = shape(2, 2, 32);
+    hp.n_swa = k_window;
+    hp.swa_layers = {1, 0};
+    const CacheTypes types{GGML_TYPE_Q4_0, GGML_TYPE_Q4_0};
+    KvStore s(hp, be(), KvStore::k_slide_rows + 200, types);
+    s.commit(KvStore::k_slide_rows + 150);
+    write_all_quant(s);
+    s.slide();
+    EXPECT_EQ(s.positions(0, 0), range(int32_t(KvStore::k_slide_rows), int32_t(KvStore::k_slide_rows + 150)));
+    EXPECT_EQ(s.n_rows(1, 0), KvStore::k_slide_rows + 150);
+    EXPECT_TRUE(quant_rows_match(s));
+    EXPECT_TRUE(layout_ok(s, be()));
+}
+
+// The Walsh-Hadamard rotation against the matrix written out in double: H_n[i][j] =
+// (-1)^popcount(i & j) / sqrt(n); H H = I; and the sizes llama.cpp picks.
+TEST(Hadamard, MatchesTheMatrixAndIsItsOwnInverse) {
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> nd;
+    for (int32_t n : {64, 128, 256}) {
+        std::vector<float> x(size_t(3 * n));
+        for (float & v : x) v = nd(rng);
+        std::vector<float> y = x;
+        hadamard_rows(y.data(), int64_t(y.size()), n);
+        for (int piece = 0; piece < 3; ++piece)
+            for (int32_t j = 0; j < n; ++j) {
+                double want = 0;
+                for (int32_t i = 0; i < n; ++i)
+                    want += double(x[size_t(piece * n + i)]) * (__builtin_popcount(unsigned(i & j)) % 2 ? -1.0 : 1.0);
+                want /= std::sqrt(double(n));
+                EXPECT_NEAR(y[size_t(piece * n + j)], want, 1e-5) << "n " << n;
+            }
+        hadamard_rows(y.data(), int64_t(y.size()), n);
+        for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
+    }
+    const CacheTypes q{GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    EXPECT_EQ(q.k_rotation(64), 64);
+    EXPECT_EQ(q.k_rotation(128), 128);
+    EXPECT_EQ(q.k_rotation(192), 64);
+    EXPECT_EQ(q.k_rotation(256), 256);
+    EXPECT_EQ(q.v_rotation(256), 64);
+    EXPECT_EQ(q.k_rotation(96), 0);  // not a multiple of 64
+    EXPECT_EQ(CacheTypes{}.k_rotation(128), 0);
+    EXPECT_EQ((CacheTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, false}.k_rotation(128)), 0);
+    EXPECT_EQ((CacheTypes{GGML_TYPE_F16, GGML_TYPE_Q8_0}.k_rotation(128)), 0);
+}
+
+TEST_F(KvStoreTest, QuantizedTypesNeedWholeBlocks) {
+    EXPECT_THROW(KvStore(shape(1, 1, 16), be(), 4, {GGML_TYPE_Q8_0, GGML_TYPE_F16}), Error);
+    EXPECT_THROW(KvStore(shape(1, 1, 48), be(), 4, {GGML_TYPE_F16, GGML_TYPE_Q4_0}), Error);
+    EXPECT_THROW(KvStore(shape(1, 1, 64), be(), 4, {GGML_TYPE_Q4_1, GGML_TYPE_F16}), Error);
+    EXPECT_NO_THROW(KvStore(shape(1, 1, 96), be(), 4, {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}));
+    EXPECT_EQ(parse_cache_type("q8_0"), GGML_TYPE_Q8_0);
+    EXPECT_EQ(parse_cache_type("f16"), GGML_TYPE_F16);
+    EXPECT_THROW(parse_cache_type("q4_1"), Error);
+    EXPECT_THROW(parse_cache_type("Q8_0"), Error);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 
 namespace kvlab {
 
-LlamaRef::LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch, bool repack) {
+LlamaRef::LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch, bool repack, CacheTypes types) {
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
     mp.use_extra_bufts = repack;  // false: no repacked weight layouts (as kvlab with KVLAB_REPACK=0)
@@ -23,6 +23,8 @@ LlamaRef::LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_uba
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;  // kvlab uses ggml's flash attention too
+    cp.type_k = types.k;
+    cp.type_v = types.v;
     cp.no_perf = true;
     ctx_.reset(llama_init_from_model(model_.get(), cp));
     if (!ctx_) throw Error("llama.cpp", "could not create a context for " + path);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kvlab/cache.h"
 #include "llama-cpp.h"
 
 namespace kvlab {
@@ -14,8 +15,10 @@ class LlamaRef {
 public:
     // n_ctx: context size of the reference context; n_ubatch: tokens per graph (chunk);
     // repack: libllama's repacked weight layouts (its default; it repacks some matrices kvlab
-    // keeps plain, e.g. attn_output and a tied LM head's duplicate).
-    LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch = 512, bool repack = true);
+    // keeps plain, e.g. attn_output and a tied LM head's duplicate); types: its K and V cache
+    // types (llama_context_params type_k / type_v; flash attention is always on).
+    LlamaRef(const std::string & path, int n_threads, int n_ctx, int n_ubatch = 512, bool repack = true,
+             CacheTypes types = {});
 
     int32_t n_vocab() const;
     // Clears the reference cache.

@@ -3,14 +3,16 @@
 // Layers may differ (PyramidKV) and heads may differ (Ada-KV): compaction keeps only
 // the chosen rows plus a reserve and frees the rest for real.
 //
-// Layout: per layer one F16 tensor for K and one for V, [head_dim, rows], where head
-// h's segment is the rows [offset(il, h), offset(il, h) + capacity(il, h)). When every
-// head of a layer has the same capacity the tensor is a plain [head_dim, cap, n_head_kv]
-// block. Rows of a segment are always sorted by position.
+// Layout: per layer one tensor for K and one for V, [head_dim, rows], where head h's
+// segment is the rows [offset(il, h), offset(il, h) + capacity(il, h)). When every head of
+// a layer has the same capacity the tensor is a plain [head_dim, cap, n_head_kv] block.
+// Rows of a segment are always sorted by position. K and V each have a row type
+// (CacheTypes): F16, or ggml's Q8_0 / Q4_0 blocks (a row quantized when it is written).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ggml-cpp.h"
@@ -18,15 +20,46 @@
 
 namespace kvlab {
 
+// The row types of K and V (llama.cpp's --cache-type-k / --cache-type-v): F16, Q8_0 (34
+// bytes per 32 values) or Q4_0 (18 bytes per 32 values). A quantized type needs a head_dim
+// that is a multiple of 32 (its block).
+//
+// rotate: quantized rows are stored rotated by a Walsh-Hadamard transform, as llama.cpp does
+// (its attn_rot_k / attn_rot_v, on unless LLAMA_ATTN_ROT_DISABLE): where head_dim is a
+// multiple of 64, Q and K are multiplied by the orthonormal Hadamard matrix of the largest
+// power of two (>= 64) dividing head_dim when K is quantized, V by the one of size 64 when V
+// is, and the attention's output by it again (H H = I). The products are unchanged while
+// outliers spread over a block, so quantization loses less.
+struct CacheTypes {
+    ggml_type k = GGML_TYPE_F16;
+    ggml_type v = GGML_TYPE_F16;
+    bool rotate = true;
+    bool operator==(const CacheTypes &) const = default;
+    bool quantized() const { return k != GGML_TYPE_F16 || v != GGML_TYPE_F16; }
+    // The Hadamard sizes the rows of a head_dim take (0: not rotated).
+    int32_t k_rotation(int32_t head_dim) const;
+    int32_t v_rotation(int32_t head_dim) const;
+};
+// x[0..n) <- x H_n (the orthonormal Sylvester Hadamard matrix, its own inverse) for each of the
+// len / n pieces of x; n a power of two.
+void hadamard_rows(float * x, int64_t len, int32_t n);
+// "f16", "q8_0", "q4_0" (llama.cpp's names); throws kvlab::Error naming the choices.
+ggml_type parse_cache_type(const std::string & name);
+const char * cache_type_name(ggml_type t);
+// Bytes of one row of head_dim values of type t.
+uint64_t cache_row_bytes(ggml_type t, int32_t head_dim);
+
 // Kept row indices per layer and KV head: keep[il][h] = ascending row indices.
 using KeepPlan = std::vector<std::vector<std::vector<int32_t>>>;
 
 class KvStore {
 public:
-    // Every segment gets `capacity` rows.
-    KvStore(const HParams & hp, ggml_backend * backend, int64_t capacity);
+    // Every segment gets `capacity` rows. Throws kvlab::Error for a quantized type whose
+    // block does not divide head_dim.
+    KvStore(const HParams & hp, ggml_backend * backend, int64_t capacity, CacheTypes types = {});
     // capacities[il][h]: rows of segment (il, h).
-    KvStore(const HParams & hp, ggml_backend * backend, const std::vector<std::vector<int64_t>> & capacities);
+    KvStore(const HParams & hp, ggml_backend * backend, const std::vector<std::vector<int64_t>> & capacities,
+            CacheTypes types = {});
     KvStore(KvStore &&) noexcept = default;
     KvStore & operator=(KvStore &&) noexcept = default;
 
@@ -35,8 +68,8 @@ public:
     // K/V data is undefined until write_rows() fills it. Throws kvlab::Error for a shape
     // that does not match hp or positions out of order.
     static KvStore restore(const HParams & hp, ggml_backend * backend,
-                           std::vector<std::vector<std::vector<int32_t>>> positions, int32_t next_pos,
-                           int64_t reserve);
+                           std::vector<std::vector<std::vector<int32_t>>> positions, int32_t next_pos, int64_t reserve,
+                           CacheTypes types = {});
 
     // A deep, independent copy: same rows and positions, and capacities with room for at
     // least `room` more rows per segment (answering from the copy then never regrows it).
@@ -45,10 +78,11 @@ public:
     int32_t n_layer() const { return int32_t(layers_.size()); }
     int32_t n_head_kv() const { return n_head_kv_; }
     int32_t head_dim() const { return head_dim_; }
+    const CacheTypes & types() const { return types_; }
     int64_t capacity(int il, int h) const { return layers_[il].cap[h]; }
     int64_t offset(int il, int h) const { return layers_[il].off[h]; }
     int64_t n_rows(int il, int h) const { return int64_t(layers_[il].pos[h].size()); }
-    int64_t total_rows() const;  // held rows over all segments
+    int64_t total_rows() const;                                  // held rows over all segments
     std::vector<std::vector<int64_t>> rows_per_segment() const;  // [layer][head] held rows
     // Original positions of the rows of (layer, head), ascending.
     const std::vector<int32_t> & positions(int il, int h) const { return layers_[il].pos[h]; }
@@ -60,7 +94,7 @@ public:
     // Absolute position the next appended token takes (never the compressed length).
     int32_t next_pos() const { return next_pos_; }
 
-    ggml_tensor * k(int il) const { return layers_[il].k; }  // F16 [head_dim, rows of the layer]
+    ggml_tensor * k(int il) const { return layers_[il].k; }  // types().k [head_dim, rows of the layer]
     ggml_tensor * v(int il) const { return layers_[il].v; }
 
     // Makes room for n more rows in every segment, appended at most `batch` at a time
@@ -106,14 +140,16 @@ public:
     // cache with the same reserve a compressed one gets).
     void fit(int64_t reserve);
 
-    // K or V rows of segment (il, h) as float32, [n_rows][head_dim].
+    // K or V rows of segment (il, h) as float32, [n_rows][head_dim]: quantized rows
+    // dequantized by ggml's own functions and rotated back (the keys and values the model
+    // computed, to within the quantization).
     std::vector<float> read_k(int il, int h) const;
     std::vector<float> read_v(int il, int h) const;
     // Rows [row0, row0 + n) of segment (il, h)'s K as float32, [n][head_dim].
     std::vector<float> read_k(int il, int h, int64_t row0, int64_t n) const;
 
-    // The held rows of segment (il, h) in their stored F16 form: K (value=false) or V,
-    // n_rows(il, h) x head_dim halves. write_rows() overwrites them.
+    // The held rows of segment (il, h) in their stored form: K (value=false) or V,
+    // n_rows(il, h) x k_row_bytes() (or v_row_bytes()) bytes. write_rows() overwrites them.
     void read_rows(int il, int h, bool value, void * dst) const;
     void write_rows(int il, int h, bool value, const void * src);
 
@@ -121,16 +157,20 @@ public:
     uint64_t bytes() const;
     uint64_t used_bytes() const;
     uint64_t row_bytes() const;  // K + V bytes of one row of one head
+    uint64_t k_row_bytes() const;
+    uint64_t v_row_bytes() const;
 
 private:
     struct Layer {
-        ggml_tensor * k = nullptr;              // F16 [head_dim, rows of the layer], in ctx_
-        ggml_tensor * v = nullptr;              // F16 [head_dim, rows of the layer], in ctx_
+        ggml_tensor * k = nullptr;              // types_.k [head_dim, rows of the layer], in ctx_
+        ggml_tensor * v = nullptr;              // types_.v [head_dim, rows of the layer], in ctx_
         std::vector<int64_t> cap;               // [n_head_kv]
         std::vector<int64_t> off;               // [n_head_kv] first row of each segment
         std::vector<std::vector<int32_t>> pos;  // [n_head_kv][n_rows]
     };
-    KvStore(const HParams & hp, ggml_backend * backend);
+    KvStore(const HParams & hp, ggml_backend * backend, CacheTypes types);
+    // An empty store of the same model, backend and types (what reallocation fills).
+    KvStore sibling(const std::vector<std::vector<int64_t>> & capacities) const;
     void allocate(const std::vector<std::vector<int64_t>> & capacities);
     std::vector<std::vector<int64_t>> capacities() const;
 
@@ -138,10 +178,11 @@ private:
     ggml_backend * backend_ = nullptr;  // the model's, not owned
     int32_t n_head_kv_ = 0;
     int32_t head_dim_ = 0;
+    CacheTypes types_;
     int32_t next_pos_ = 0;
     bool hold_all_ = false;
     bool lost_rows_ = false;
-    int32_t freed_below_ = 0;  // every position below it may have been freed by slide()
+    int32_t freed_below_ = 0;         // every position below it may have been freed by slide()
     ggml_context_ptr ctx_;            // tensor metadata of the K/V tensors
     ggml_backend_buffer_ptr buffer_;  // their data
     std::vector<Layer> layers_;

@@ -35,6 +35,9 @@ struct EngineOptions {
     // backend with N threads, so that several engines on one model (its weights shared)
     // compute at the same time, each from its own thread.
     int32_t n_threads = 0;
+    // The row types of the caches new_cache() makes (-ctk / -ctv). The engine attends over
+    // a cache of any types, whoever made it.
+    CacheTypes cache_types;
 };
 
 struct SamplingParams {
@@ -94,8 +97,10 @@ public:
     const Model & model() const { return model_; }
     const EngineOptions & options() const { return opts_; }
 
-    // An empty cache with room for `capacity` rows per (layer, head).
+    // An empty cache with room for `capacity` rows per (layer, head), of options().cache_types
+    // or of `types`.
     KvStore new_cache(int64_t capacity) const;
+    KvStore new_cache(int64_t capacity, CacheTypes types) const;
 
     // Appends tokens to the cache in chunks and returns the float32 logits of the last
     // token [n_vocab]. With all_logits, the logits of every token are stored there

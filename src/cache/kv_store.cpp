@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -11,19 +12,72 @@
 
 namespace kvlab {
 
-KvStore::KvStore(const HParams & hp, ggml_backend * backend)
-    : hp_(hp), backend_(backend), n_head_kv_(hp.n_head_kv), head_dim_(hp.head_dim) {
+ggml_type parse_cache_type(const std::string & name) {
+    for (ggml_type t : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0})
+        if (name == ggml_type_name(t)) return t;
+    throw Error("cache", "unknown KV cache type '" + name + "' (choices: f16, q8_0, q4_0)");
+}
+
+const char * cache_type_name(ggml_type t) {
+    return ggml_type_name(t);
+}
+
+int32_t CacheTypes::k_rotation(int32_t head_dim) const {
+    if (!rotate || k == GGML_TYPE_F16 || head_dim % 64 != 0) return 0;
+    int32_t n = 64;  // the largest power of two dividing head_dim (llama.cpp's choice for K)
+    while (head_dim % (2 * n) == 0) n *= 2;
+    return n;
+}
+
+int32_t CacheTypes::v_rotation(int32_t head_dim) const {
+    return rotate && v != GGML_TYPE_F16 && head_dim % 64 == 0 ? 64 : 0;  // llama.cpp's choice for V
+}
+
+void hadamard_rows(float * x, int64_t len, int32_t n) {
+    const float scale = 1.0f / std::sqrt(float(n));
+    for (int64_t r = 0; r + n <= len; r += n) {
+        float * y = x + r;
+        for (int32_t j = 0; j < n; ++j) y[j] *= scale;
+        for (int32_t h = 1; h < n; h *= 2)  // butterflies: (u, v) -> (u + v, u - v)
+            for (int32_t i = 0; i < n; i += 2 * h)
+                for (int32_t j = i; j < i + h; ++j) {
+                    const float u = y[j], v = y[j + h];
+                    y[j] = u + v;
+                    y[j + h] = u - v;
+                }
+    }
+}
+
+uint64_t cache_row_bytes(ggml_type t, int32_t head_dim) {
+    return ggml_row_size(t, head_dim);
+}
+
+KvStore::KvStore(const HParams & hp, ggml_backend * backend, CacheTypes types)
+    : hp_(hp), backend_(backend), n_head_kv_(hp.n_head_kv), head_dim_(hp.head_dim), types_(types) {
+    for (ggml_type t : {types.k, types.v}) {
+        if (t != GGML_TYPE_F16 && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0)
+            throw Error("cache", std::string("KV cache type ") + ggml_type_name(t) + " is not one of f16, q8_0, q4_0");
+        if (head_dim_ % ggml_blck_size(t) != 0)
+            throw Error("cache", std::string("KV cache type ") + ggml_type_name(t) + " needs a head_dim that is a " +
+                                     "multiple of " + std::to_string(ggml_blck_size(t)) + "; this model's is " +
+                                     std::to_string(head_dim_));
+    }
     layers_.resize(hp.n_layer);
     for (auto & l : layers_) l.pos.assign(n_head_kv_, {});
 }
 
-KvStore::KvStore(const HParams & hp, ggml_backend * backend, int64_t capacity)
-    : KvStore(hp, backend,
-              std::vector<std::vector<int64_t>>(hp.n_layer, std::vector<int64_t>(hp.n_head_kv, capacity))) {}
+KvStore::KvStore(const HParams & hp, ggml_backend * backend, int64_t capacity, CacheTypes types)
+    : KvStore(hp, backend, std::vector<std::vector<int64_t>>(hp.n_layer, std::vector<int64_t>(hp.n_head_kv, capacity)),
+              types) {}
 
-KvStore::KvStore(const HParams & hp, ggml_backend * backend, const std::vector<std::vector<int64_t>> & capacities)
-    : KvStore(hp, backend) {
+KvStore::KvStore(const HParams & hp, ggml_backend * backend, const std::vector<std::vector<int64_t>> & capacities,
+                 CacheTypes types)
+    : KvStore(hp, backend, types) {
     allocate(capacities);
+}
+
+KvStore KvStore::sibling(const std::vector<std::vector<int64_t>> & capacities) const {
+    return KvStore(hp_, backend_, capacities, types_);
 }
 
 void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
@@ -42,8 +96,8 @@ void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
             l.off[h] = rows;
             rows += l.cap[h];
         }
-        l.k = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, head_dim_, rows);
-        l.v = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_F16, head_dim_, rows);
+        l.k = ggml_new_tensor_2d(ctx_.get(), types_.k, head_dim_, rows);
+        l.v = ggml_new_tensor_2d(ctx_.get(), types_.v, head_dim_, rows);
         ggml_format_name(l.k, "cache_k_l%zu", il);
         ggml_format_name(l.v, "cache_v_l%zu", il);
     }
@@ -63,7 +117,8 @@ void KvStore::allocate(const std::vector<std::vector<int64_t>> & capacities) {
 }
 
 KvStore KvStore::restore(const HParams & hp, ggml_backend * backend,
-                         std::vector<std::vector<std::vector<int32_t>>> positions, int32_t next_pos, int64_t reserve) {
+                         std::vector<std::vector<std::vector<int32_t>>> positions, int32_t next_pos, int64_t reserve,
+                         CacheTypes types) {
     if (int32_t(positions.size()) != hp.n_layer)
         throw Error("cache", "saved rows for " + std::to_string(positions.size()) + " layers; the model has " +
                                  std::to_string(hp.n_layer));
@@ -81,7 +136,7 @@ KvStore KvStore::restore(const HParams & hp, ggml_backend * backend,
             caps[il].push_back(int64_t(pos.size()) + reserve);
         }
     }
-    KvStore s(hp, backend, caps);
+    KvStore s(hp, backend, caps, types);
     s.next_pos_ = next_pos;
     for (size_t il = 0; il < positions.size(); ++il) s.layers_[il].pos = std::move(positions[il]);
     return s;
@@ -154,7 +209,7 @@ KvStore KvStore::copy(int64_t room) const {
     std::vector<std::vector<int64_t>> caps = capacities();
     for (size_t il = 0; il < layers_.size(); ++il)
         for (int h = 0; h < n_head_kv_; ++h) caps[il][h] = std::max(caps[il][h], n_rows(int(il), h) + room);
-    KvStore out(hp_, backend_, caps);
+    KvStore out = sibling(caps);
     out.next_pos_ = next_pos_;
     out.freed_below_ = freed_below_;
     out.lost_rows_ = lost_rows_;
@@ -204,7 +259,7 @@ void KvStore::reserve(int64_t n_more, int64_t batch) {
             }
         }
     if (!grow) return;
-    KvStore bigger(hp_, backend_, caps);
+    KvStore bigger = sibling(caps);
     std::vector<uint8_t> tmp;
     for (size_t il = 0; il < layers_.size(); ++il) {
         Layer & l = layers_[il];
@@ -224,7 +279,6 @@ void KvStore::reserve(int64_t n_more, int64_t batch) {
 
 void KvStore::slide() {
     if (hold_all_) return;
-    const size_t row = size_t(head_dim_) * ggml_type_size(GGML_TYPE_F16);
     std::vector<uint8_t> tmp;
     for (size_t il = 0; il < layers_.size(); ++il) {
         const int32_t w = window(int(il));
@@ -238,6 +292,7 @@ void KvStore::slide() {
             if (drop == 0) continue;
             const int64_t keep = int64_t(pos.size()) - drop;
             for (ggml_tensor * t : {l.k, l.v}) {
+                const size_t row = t->nb[1];
                 tmp.resize(size_t(keep) * row);
                 if (keep > 0) {
                     ggml_backend_tensor_get(t, tmp.data(), size_t(l.off[h] + drop) * row, tmp.size());
@@ -337,12 +392,11 @@ void KvStore::compact(const KeepPlan & plan, int64_t reserve) {
             caps[il][h] = int64_t(rows.size()) + reserve;
         }
     }
-    KvStore out(hp_, backend_, caps);
+    KvStore out = sibling(caps);
     out.next_pos_ = next_pos_;
     out.hold_all_ = hold_all_;
     out.freed_below_ = freed_below_;
     out.lost_rows_ = lost_rows_;
-    const size_t row = size_t(head_dim_) * ggml_type_size(GGML_TYPE_F16);
     std::vector<uint8_t> src, dst;
     for (size_t il = 0; il < layers_.size(); ++il) {
         const Layer & l = layers_[il];
@@ -353,6 +407,7 @@ void KvStore::compact(const KeepPlan & plan, int64_t reserve) {
             for (int kv = 0; kv < 2; ++kv) {
                 ggml_tensor * s = kv == 0 ? l.k : l.v;
                 ggml_tensor * d = kv == 0 ? o.k : o.v;
+                const size_t row = s->nb[1];
                 src.resize(size_t(n) * row);
                 if (n > 0) ggml_backend_tensor_get(s, src.data(), l.off[h] * row, src.size());
                 dst.resize(rows.size() * row);
@@ -368,30 +423,40 @@ void KvStore::compact(const KeepPlan & plan, int64_t reserve) {
 }
 
 namespace {
-std::vector<float> rows_as_float(const ggml_tensor * t, int64_t off, int64_t n, int64_t dim) {
-    std::vector<ggml_fp16_t> h(size_t(n * dim));
-    if (n > 0) ggml_backend_tensor_get(t, h.data(), off * t->nb[1], h.size() * sizeof(ggml_fp16_t));
-    std::vector<float> out(h.size());
-    ggml_fp16_to_fp32_row(h.data(), out.data(), int64_t(h.size()));
+// rotation: the Hadamard size the rows were rotated by (0: none), undone here.
+std::vector<float> rows_as_float(const ggml_tensor * t, int64_t off, int64_t n, int64_t dim, int32_t rotation) {
+    std::vector<uint8_t> raw(size_t(n) * t->nb[1]);
+    if (n > 0) ggml_backend_tensor_get(t, raw.data(), off * t->nb[1], raw.size());
+    std::vector<float> out(size_t(n * dim));
+    ggml_get_type_traits(t->type)->to_float(raw.data(), out.data(), n * dim);  // rows are whole blocks
+    if (rotation > 0) hadamard_rows(out.data(), n * dim, rotation);
     return out;
 }
 }  // namespace
 
 std::vector<float> KvStore::read_k(int il, int h) const {
-    return rows_as_float(layers_[il].k, layers_[il].off[h], n_rows(il, h), head_dim_);
+    return rows_as_float(layers_[il].k, layers_[il].off[h], n_rows(il, h), head_dim_, types_.k_rotation(head_dim_));
 }
 
 std::vector<float> KvStore::read_k(int il, int h, int64_t row0, int64_t n) const {
     KVLAB_ASSERT(row0 >= 0 && n >= 0 && row0 + n <= n_rows(il, h), "rows within the segment");
-    return rows_as_float(layers_[il].k, layers_[il].off[h] + row0, n, head_dim_);
+    return rows_as_float(layers_[il].k, layers_[il].off[h] + row0, n, head_dim_, types_.k_rotation(head_dim_));
 }
 
 std::vector<float> KvStore::read_v(int il, int h) const {
-    return rows_as_float(layers_[il].v, layers_[il].off[h], n_rows(il, h), head_dim_);
+    return rows_as_float(layers_[il].v, layers_[il].off[h], n_rows(il, h), head_dim_, types_.v_rotation(head_dim_));
+}
+
+uint64_t KvStore::k_row_bytes() const {
+    return cache_row_bytes(types_.k, head_dim_);
+}
+
+uint64_t KvStore::v_row_bytes() const {
+    return cache_row_bytes(types_.v, head_dim_);
 }
 
 uint64_t KvStore::row_bytes() const {
-    return 2 * uint64_t(head_dim_) * ggml_type_size(GGML_TYPE_F16);
+    return k_row_bytes() + v_row_bytes();
 }
 
 uint64_t KvStore::bytes() const {

@@ -58,20 +58,30 @@ public:
           observe_(observe),
           q_seen_(hp.n_layer, nullptr),
           scale_(hp.kq_scale()),
-          row_(size_t(hp.head_dim) * sizeof(ggml_fp16_t)) {}
+          k_row_(cache.k_row_bytes()),
+          v_row_(cache.v_row_bytes()) {}
 
     ggml_tensor * operator()(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
-        const std::vector<ggml_tensor *> writes = write_rows(il, k, v);
-        if (observe_) {
+        if (observe_) {  // the queries as the model computed them (read_k() gives unrotated keys)
             ggml_set_output(q);
             q_seen_[il] = q;
         }
-        return use_ggml_ && cache_.layer_uniform(il) ? flash(il, q) : kernel(il, q, writes);
+        // rotated rows (CacheTypes::rotate): Q and K by H_kr, V by H_vr, the output back by H_vr
+        const int32_t kr = cache_.types().k_rotation(hp_.head_dim), vr = cache_.types().v_rotation(hp_.head_dim);
+        if (kr > 0) {
+            q = hadamard(q, kr);
+            k = hadamard(k, kr);
+        }
+        if (vr > 0) v = hadamard(v, vr);
+        const std::vector<ggml_tensor *> writes = write_rows(il, k, v);
+        ggml_tensor * o = use_ggml_ && cache_.layer_uniform(il) ? flash(il, q) : kernel(il, q, writes);
+        return vr > 0 ? hadamard(o, vr) : o;
     }
 
-    // Uploads the masks (after the graph is allocated).
+    // Uploads the masks and the Hadamard matrices (after the graph is allocated).
     void set_inputs() const {
         for (const auto & [t, m] : masks_) ggml_backend_tensor_set(t, m.data(), 0, m.size() * sizeof(ggml_fp16_t));
+        for (const auto & [t, h] : rotations_) ggml_backend_tensor_set(t, h.data(), 0, h.size() * sizeof(float));
     }
 
     // Layer il's post-RoPE queries, F32 [head_dim, n_head, n] (graph outputs when observed).
@@ -80,25 +90,49 @@ public:
 private:
     int64_t n() const { return int64_t(pos_.size()); }
 
+    // t's rows of n values times the n x n Hadamard matrix, as libllama's graph computes it: a
+    // product tagged as a Hadamard matrix's, which ggml's CPU backend runs as a fast transform.
+    ggml_tensor * hadamard(ggml_tensor * t, int32_t n) {
+        ggml_tensor * h = nullptr;
+        for (const auto & [r, m] : rotations_)
+            if (r->ne[0] == n) h = r;
+        if (!h) {
+            h = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, n, n);
+            ggml_set_input(h);
+            std::vector<float> m(size_t(n) * n, 0.0f);
+            for (int32_t i = 0; i < n; ++i) m[size_t(i) * n + i] = 1.0f;
+            hadamard_rows(m.data(), int64_t(m.size()), n);  // the rows of I H = H
+            rotations_.emplace_back(h, std::move(m));
+        }
+        const int64_t rows = ggml_nelements(t) / n;
+        ggml_tensor * r = ggml_is_contiguous(t) ? ggml_reshape_2d(ctx_, t, n, rows) : ggml_cont_2d(ctx_, t, n, rows);
+        r = ggml_mul_mat(ctx_, h, r);
+        ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
+        return ggml_reshape_4d(ctx_, r, t->ne[0], t->ne[1], t->ne[2], t->ne[3]);
+    }
+
+    // The new rows go through ggml's copy, which rounds to F16 or quantizes each row with the
+    // CPU backend's own quantizer (what libllama's cache writes run).
     std::vector<ggml_tensor *> write_rows(int il, ggml_tensor * k, ggml_tensor * v) {
-        ggml_tensor * kc = cache_.k(il);  // F16 [head_dim, rows]
+        ggml_tensor * kc = cache_.k(il);  // [head_dim, rows] of the cache's K type
         ggml_tensor * vc = cache_.v(il);
         std::vector<ggml_tensor *> writes;
-        if (cache_.layer_uniform(il)) {
+        if (cache_.layer_uniform(il) && !cache_.types().quantized()) {
             // one [head_dim, n, n_head_kv] write into the [head_dim, cap, n_head_kv] block
-            const size_t seg = size_t(cache_.capacity(il, 0)) * row_;
-            const size_t at = size_t(n_past_[il][0]) * row_;
-            ggml_tensor * kd = ggml_view_3d(ctx_, kc, hp_.head_dim, n(), hp_.n_head_kv, row_, seg, at);
-            ggml_tensor * vd = ggml_view_3d(ctx_, vc, hp_.head_dim, n(), hp_.n_head_kv, row_, seg, at);
+            const size_t seg = size_t(cache_.capacity(il, 0)) * k_row_;
+            const size_t at = size_t(n_past_[il][0]) * k_row_;
+            ggml_tensor * kd = ggml_view_3d(ctx_, kc, hp_.head_dim, n(), hp_.n_head_kv, k_row_, seg, at);
+            ggml_tensor * vd = ggml_view_3d(ctx_, vc, hp_.head_dim, n(), hp_.n_head_kv, v_row_, seg, at);
             writes.push_back(ggml_cpy(ctx_, ggml_permute(ctx_, k, 0, 2, 1, 3), kd));
             writes.push_back(ggml_cpy(ctx_, ggml_permute(ctx_, v, 0, 2, 1, 3), vd));
         } else {
+            // per head (a quantizing copy needs a contiguous destination: one segment's new rows)
             for (int h = 0; h < hp_.n_head_kv; ++h) {
-                const size_t at = size_t(cache_.offset(il, h) + n_past_[il][h]) * row_;
+                const size_t row = size_t(cache_.offset(il, h) + n_past_[il][h]);
                 ggml_tensor * ks = ggml_view_2d(ctx_, k, hp_.head_dim, n(), k->nb[2], h * k->nb[1]);
                 ggml_tensor * vs = ggml_view_2d(ctx_, v, hp_.head_dim, n(), v->nb[2], h * v->nb[1]);
-                writes.push_back(ggml_cpy(ctx_, ks, ggml_view_2d(ctx_, kc, hp_.head_dim, n(), row_, at)));
-                writes.push_back(ggml_cpy(ctx_, vs, ggml_view_2d(ctx_, vc, hp_.head_dim, n(), row_, at)));
+                writes.push_back(ggml_cpy(ctx_, ks, ggml_view_2d(ctx_, kc, hp_.head_dim, n(), k_row_, row * k_row_)));
+                writes.push_back(ggml_cpy(ctx_, vs, ggml_view_2d(ctx_, vc, hp_.head_dim, n(), v_row_, row * v_row_)));
             }
         }
         for (ggml_tensor * w : writes) ggml_build_forward_expand(gf_, w);
@@ -125,9 +159,9 @@ private:
             mask_pos_.push_back(&kpos);
             mask_window_.push_back(window);
         }
-        const size_t seg = size_t(cache_.capacity(il, 0)) * row_;
-        ggml_tensor * ks = ggml_view_3d(ctx_, cache_.k(il), hp_.head_dim, n_kv, hp_.n_head_kv, row_, seg, 0);
-        ggml_tensor * vs = ggml_view_3d(ctx_, cache_.v(il), hp_.head_dim, n_kv, hp_.n_head_kv, row_, seg, 0);
+        const size_t cap = size_t(cache_.capacity(il, 0));
+        ggml_tensor * ks = ggml_view_3d(ctx_, cache_.k(il), hp_.head_dim, n_kv, hp_.n_head_kv, k_row_, cap * k_row_, 0);
+        ggml_tensor * vs = ggml_view_3d(ctx_, cache_.v(il), hp_.head_dim, n_kv, hp_.n_head_kv, v_row_, cap * v_row_, 0);
         ggml_tensor * qp = ggml_permute(ctx_, q, 0, 2, 1, 3);  // [head_dim, n, n_head]
         ggml_tensor * o = ggml_flash_attn_ext(ctx_, qp, ks, vs, masks_[mi].first, scale_, 0.0f, 0.0f);
         return ggml_reshape_2d(ctx_, o, int64_t(hp_.head_dim) * hp_.n_head, n());  // o: [head_dim, n_head, n]
@@ -149,8 +183,10 @@ private:
         const auto * vd = static_cast<const char *>(cache_.v(il)->data);
         for (int h = 0; h < hp_.n_head_kv; ++h) {
             kernels::attn::Segment sg;
-            sg.k = reinterpret_cast<const ggml_fp16_t *>(kd + cache_.offset(il, h) * row_);
-            sg.v = reinterpret_cast<const ggml_fp16_t *>(vd + cache_.offset(il, h) * row_);
+            sg.k = kd + cache_.offset(il, h) * k_row_;
+            sg.v = vd + cache_.offset(il, h) * v_row_;
+            sg.k_type = cache_.types().k;
+            sg.v_type = cache_.types().v;
             sg.pos = cache_.positions(il, h).data();
             sg.n = cache_.n_rows(il, h);
             p->seg.push_back(sg);
@@ -170,10 +206,11 @@ private:
     bool observe_;
     std::vector<ggml_tensor *> q_seen_;  // [n_layer]
     float scale_;
-    size_t row_;  // bytes of one F16 row
+    size_t k_row_, v_row_;  // bytes of one K row and of one V row
     std::vector<std::pair<ggml_tensor *, std::vector<ggml_fp16_t>>> masks_;
-    std::vector<const std::vector<int32_t> *> mask_pos_;  // the position set of each mask
-    std::vector<int32_t> mask_window_;                    // and its window (0: causal only)
+    std::vector<std::pair<ggml_tensor *, std::vector<float>>> rotations_;  // Hadamard matrices by size
+    std::vector<const std::vector<int32_t> *> mask_pos_;                   // the position set of each mask
+    std::vector<int32_t> mask_window_;                                     // and its window (0: causal only)
     std::vector<std::unique_ptr<kernels::attn::Problem>> problems_;
 };
 
@@ -223,7 +260,11 @@ Engine::Engine(const Model & model, EngineOptions opts) : model_(model), opts_(o
 }
 
 KvStore Engine::new_cache(int64_t capacity) const {
-    return KvStore(model_.hparams(), model_.backend(), capacity);
+    return new_cache(capacity, opts_.cache_types);
+}
+
+KvStore Engine::new_cache(int64_t capacity, CacheTypes types) const {
+    return KvStore(model_.hparams(), model_.backend(), capacity, types);
 }
 
 uint64_t Engine::compute_bytes() const {

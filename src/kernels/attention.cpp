@@ -208,9 +208,45 @@ inline void transpose16(__m512 (&r)[16]) {
 }
 #endif
 
+// Row j of a segment's K or V (type t, head_dim d) as d floats: the values ggml's own
+// dequantizer gives (an F16 value, or d * q: an int times an F16 scale, exact in float).
+void row_to_f32(ggml_type t, const void * base, int64_t j, int d, float * y) {
+    if (t == GGML_TYPE_F16) return to_f32(static_cast<const ggml_fp16_t *>(base) + j * d, y, d);
+    const auto * row = static_cast<const uint8_t *>(base) + size_t(j) * ggml_row_size(t, d);
+    ggml_get_type_traits(t)->to_float(row, y, d);
+}
+
+#if defined(__AVX512F__)
+// Values [e0, e0 + 16) of row j (type t, head_dim d; e0 a multiple of 16) as floats,
+// bit-equal to row_to_f32's: the same exact products.
+inline __m512 load16(ggml_type t, const void * base, int64_t j, int d, int e0) {
+    if (t == GGML_TYPE_F16)
+        return _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(static_cast<const ggml_fp16_t *>(base) + j * d + e0)));
+    const auto * row = static_cast<const uint8_t *>(base) + size_t(j) * ggml_row_size(t, d);
+    const int blk = e0 / 32, half = (e0 % 32) / 16;
+    if (t == GGML_TYPE_Q8_0) {  // 2-byte F16 scale, 32 int8
+        const uint8_t * b = row + size_t(blk) * 34;
+        ggml_fp16_t dh;
+        std::memcpy(&dh, b, sizeof(dh));
+        const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2 + 16 * half)));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(ggml_fp16_to_fp32(dh)));
+    }
+    // Q4_0: 2-byte F16 scale, 16 bytes: value i < 16 in the low nibble of byte i, value 16 + i in its high one
+    const uint8_t * b = row + size_t(blk) * 18;
+    ggml_fp16_t dh;
+    std::memcpy(&dh, b, sizeof(dh));
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
+    if (half) bytes = _mm_srli_epi16(bytes, 4);
+    bytes = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
+    const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(bytes), _mm512_set1_epi32(8));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(ggml_fp16_to_fp32(dh)));
+}
+#endif
+
 // Rows [b, b + k_block) of a segment, the rows from `end` on as zeros: K transposed into kt
-// [d][k_block], V into vb [k_block][dv * k_lanes] (zero beyond d). Data movement only: the
-// floats are the F16 values converted exactly, however they are moved.
+// [d][k_block], V into vb [k_block][dv * k_lanes] (zero beyond d). Data movement and exact
+// conversion only: the floats are the stored values, however they are moved.
 void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt, float * vb, float * row) {
     const int dv = (d + k_lanes - 1) / k_lanes;
     const int nr = int(std::clamp<int64_t>(end - b, 0, k_block));
@@ -220,25 +256,21 @@ void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt
         for (; j0 + 16 <= nr; j0 += 16) {
             for (int e0 = 0; e0 < d; e0 += 16) {
                 __m512 r[16];
-                for (int i = 0; i < 16; ++i)
-                    r[i] = _mm512_cvtph_ps(
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(sg.k + (b + j0 + i) * d + e0)));
+                for (int i = 0; i < 16; ++i) r[i] = load16(sg.k_type, sg.k, b + j0 + i, d, e0);
                 transpose16(r);
                 for (int e = 0; e < 16; ++e) _mm512_storeu_ps(kt + size_t(e0 + e) * k_block + j0, r[e]);
             }
             for (int j = j0; j < j0 + 16; ++j)
                 for (int e0 = 0; e0 < d; e0 += 16)
-                    _mm512_storeu_ps(vb + size_t(j) * dv * k_lanes + e0,
-                                     _mm512_cvtph_ps(_mm256_loadu_si256(
-                                         reinterpret_cast<const __m256i *>(sg.v + (b + j) * d + e0))));
+                    _mm512_storeu_ps(vb + size_t(j) * dv * k_lanes + e0, load16(sg.v_type, sg.v, b + j, d, e0));
         }
     }
 #endif
     for (int j = j0; j < k_block; ++j) {
         if (j < nr) {
-            to_f32(sg.k + (b + j) * d, row, d);
+            row_to_f32(sg.k_type, sg.k, b + j, d, row);
             for (int e = 0; e < d; ++e) kt[e * k_block + j] = row[e];
-            to_f32(sg.v + (b + j) * d, vb + size_t(j) * dv * k_lanes, d);
+            row_to_f32(sg.v_type, sg.v, b + j, d, vb + size_t(j) * dv * k_lanes);
             std::fill(vb + size_t(j) * dv * k_lanes + d, vb + size_t(j + 1) * dv * k_lanes, 0.0f);
         } else {
             for (int e = 0; e < d; ++e) kt[e * k_block + j] = 0.0f;

@@ -1,6 +1,7 @@
 // kvlab's own CPU attention over KV-store segments of any shape: every KV head reads
 // its own rows (own length, own positions), so layers and heads may differ in length
-// and nothing is padded. Float32 throughout (Q, scores, softmax, V accumulation);
+// and nothing is padded. Rows are F16 or ggml's Q8_0 / Q4_0 blocks, converted exactly to
+// float32 a block of rows at a time. Float32 throughout (Q, scores, softmax, V accumulation);
 // ggml's CPU flash attention rounds Q to F16 and accumulates V in F16 below 64 query
 // rows, which makes small chunks and decode drift from large ones.
 #pragma once
@@ -18,10 +19,14 @@ namespace kvlab::kernels::attn {
 // run time).
 constexpr int k_max_group = 16;
 
-// One KV head's rows: K and V F16 [n][head_dim], positions ascending.
+// One KV head's rows: K and V [n][head_dim] of their types (F16, Q8_0 or Q4_0: rows of
+// whole blocks, dequantized a block of rows at a time, exactly as ggml's dequantizers do),
+// positions ascending.
 struct Segment {
-    const ggml_fp16_t * k = nullptr;
-    const ggml_fp16_t * v = nullptr;
+    const void * k = nullptr;
+    const void * v = nullptr;
+    ggml_type k_type = GGML_TYPE_F16;
+    ggml_type v_type = GGML_TYPE_F16;
     const int32_t * pos = nullptr;
     int64_t n = 0;
 };
