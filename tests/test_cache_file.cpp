@@ -90,6 +90,8 @@ protected:
         spec.n_layer = 3;
         spec.n_head = 4;
         spec.n_head_kv = 2;
+        spec.n_embd = 128;
+        spec.head_dim = 32;  // whole Q8_0 / Q4_0 blocks
         spec.seed = 11;
         spec.n_ctx_train = 256;
         spec.weight_type = GGML_TYPE_Q8_0;
@@ -189,9 +191,9 @@ TEST_F(CacheFile, DamagedFilesAreRefusedByName) {
     spit(bad, std::vector<uint8_t>(400, 'x'));
     EXPECT_NE(load_error(bad, model()).find("not a kvlab cache file"), std::string::npos);
     b = bytes;
-    b[8] = 2;
+    b[8] = 3;
     spit(bad, b);
-    EXPECT_NE(load_error(bad, model()).find("made by a newer kvlab (cache format version 2"), std::string::npos);
+    EXPECT_NE(load_error(bad, model()).find("made by a newer kvlab (cache format version 3"), std::string::npos);
     // tampered and re-signed: positions out of order, a token outside the vocabulary, rows
     // that do not add up, a META that is not JSON
     const auto section = [&](const std::string & id) {
@@ -232,6 +234,99 @@ TEST_F(CacheFile, DamagedFilesAreRefusedByName) {
     const std::string err = load_error(good, *other_->model);
     EXPECT_NE(err.find("was made with model " + fs::path(model().path()).filename().string()), std::string::npos)
         << err;
+    fs::remove_all(dir);
+}
+
+// Quantized rows (Q8_0 / Q4_0, K and V of different types) are saved as stored and reload
+// to the same bytes and the same logits; the file says its types.
+TEST_F(CacheFile, QuantizedCachesRoundTrip) {
+    const std::string dir = test::temp_dir("kvc-quant");
+    Engine engine(model());
+    for (const CacheTypes types :
+         {CacheTypes{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0}, CacheTypes{GGML_TYPE_Q4_0, GGML_TYPE_Q8_0}}) {
+        SCOPED_TRACE(std::string("K ") + cache_type_name(types.k) + ", V " + cache_type_name(types.v));
+        SessionOptions so{int64_t(query().size()), 0};
+        so.cache_types = types;
+        ContextSession s(engine, {{"adakv", {}}}, so);
+        s.prefill(context());
+        const PreparedCache p = s.compress(0, Budget::from_ratio(0.5));
+        ASSERT_EQ(p.cache.types(), types);
+        const std::string path = dir + "/q.kvc";
+        save_cache_file(path, model(), p.cache, {"text", context(), {}});
+        const LoadedCacheFile f = load_cache_file(path, model(), s.reserve());
+        EXPECT_EQ(f.cache.types(), types);
+        EXPECT_EQ(f.meta["cache_types"]["k"], cache_type_name(types.k));
+        EXPECT_EQ(f.meta["kv_bytes"].get<uint64_t>(), p.cache.used_bytes());
+        EXPECT_EQ(f.cache.bytes(), p.cache.bytes());
+        for (int il = 0; il < p.cache.n_layer(); ++il)
+            for (int h = 0; h < p.cache.n_head_kv(); ++h)
+                for (bool value : {false, true}) {
+                    const size_t n =
+                        size_t(p.cache.n_rows(il, h)) * (value ? p.cache.v_row_bytes() : p.cache.k_row_bytes());
+                    std::vector<uint8_t> a(n), b(n);
+                    p.cache.read_rows(il, h, value, a.data());
+                    f.cache.read_rows(il, h, value, b.data());
+                    EXPECT_EQ(a, b) << "layer " << il << " head " << h;
+                }
+        const std::vector<int32_t> answer = {5, 9, 13};
+        EXPECT_EQ(s.teacher_forced(f.cache, query(), answer), s.teacher_forced(p.cache, query(), answer));
+        // a META that names other types than the rows were written in: the sizes disagree
+        std::vector<uint8_t> b = slurp(path);
+        const auto es = entries(b);
+        for (const Entry & e : es)
+            if (e.id == "META") {
+                std::string meta(reinterpret_cast<const char *>(b.data() + e.offset), e.size);
+                const std::string from = std::string("\"v\":\"") + cache_type_name(types.v) + "\"";
+                const size_t at = meta.find(from);
+                ASSERT_NE(at, std::string::npos) << meta;
+                meta.replace(at, from.size(), "\"v\":\"f16\"");  // same length: q8_0 -> f16 + a space
+                meta.resize(e.size, ' ');
+                std::memcpy(b.data() + e.offset, meta.data(), e.size);
+            }
+        resign(b);
+        spit(dir + "/bad.kvc", b);
+        EXPECT_NE(load_error(dir + "/bad.kvc", model()).find("corrupt ROWS section"), std::string::npos)
+            << load_error(dir + "/bad.kvc", model());
+    }
+    fs::remove_all(dir);
+}
+
+// A version-1 file (F16 rows in a KVF6 section, no cache_types) still loads: made here from a
+// version-2 file of F16 rows by writing the old version number and section name.
+TEST_F(CacheFile, VersionOneFilesStillLoad) {
+    const std::string dir = test::temp_dir("kvc-v1");
+    const std::string v2 = dir + "/v2.kvc", v1 = dir + "/v1.kvc";
+    write_adakv(v2);
+    std::vector<uint8_t> b = slurp(v2);
+    uint32_t version = 0;
+    std::memcpy(&version, b.data() + 8, 4);
+    ASSERT_EQ(version, k_cache_file_version);
+    version = 1;
+    std::memcpy(b.data() + 8, &version, 4);
+    const auto es = entries(b);
+    bool renamed = false;
+    for (size_t i = 0; i < es.size(); ++i)
+        if (es[i].id == "ROWS") {
+            std::memcpy(b.data() + 16 + 56 * i, "KVF6", 4);
+            renamed = true;
+        }
+    ASSERT_TRUE(renamed);
+    resign(b);
+    spit(v1, b);
+    const LoadedCacheFile a = load_cache_file(v2, model(), 4), o = load_cache_file(v1, model(), 4);
+    EXPECT_EQ(o.cache.types(), CacheTypes{});
+    for (int il = 0; il < a.cache.n_layer(); ++il)
+        for (int h = 0; h < a.cache.n_head_kv(); ++h) {
+            EXPECT_EQ(o.cache.positions(il, h), a.cache.positions(il, h));
+            EXPECT_EQ(o.cache.read_k(il, h), a.cache.read_k(il, h));
+            EXPECT_EQ(o.cache.read_v(il, h), a.cache.read_v(il, h));
+        }
+    // a version-2 file without its ROWS section is refused by name
+    version = 2;
+    std::memcpy(b.data() + 8, &version, 4);
+    resign(b);
+    spit(v1, b);
+    EXPECT_NE(load_error(v1, model()).find("no ROWS section"), std::string::npos) << load_error(v1, model());
     fs::remove_all(dir);
 }
 
@@ -302,8 +397,8 @@ TEST(CacheFileCli, KilledWriterLeavesThePreviousFileAndAskAnswersFromIt) {
         << full.output;
     EXPECT_EQ(slurp(kvc), first);
     for (const auto & e : fs::directory_iterator(dir))
-        if (e.path().filename().string().rfind("doc.kvc.tmp-", 0) == 0 && e.path().filename().string().find(
-                std::to_string(pid)) == std::string::npos)
+        if (e.path().filename().string().rfind("doc.kvc.tmp-", 0) == 0 &&
+            e.path().filename().string().find(std::to_string(pid)) == std::string::npos)
             ADD_FAILURE() << "left behind: " << e.path();
 
     // answers from the file equal the in-memory flow's

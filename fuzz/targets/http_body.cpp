@@ -35,7 +35,7 @@ void one(const uint8_t * data, size_t size) {
                 (void)server::parse_completion_request(j, data[0] % 3 == 0);
                 break;
             default: {
-                const server::ContextRequest r = server::parse_context_request(j);
+                const server::ContextRequest r = server::parse_context_request(j, CacheTypes{});
                 if (r.method != "none")
                     (void)make_press(r.method, apply_preset(r.preset, r.method, r.params), tiny_model());
                 if (r.has_budget) (void)r.budget.per_layer(1000);

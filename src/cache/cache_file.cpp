@@ -29,7 +29,11 @@ constexpr size_t k_entry = 56;  // id, flags, offset, size, sha256
 constexpr size_t k_sha = 32;
 constexpr uint32_t k_max_sections = 16;
 constexpr uint64_t k_align = 64;
-const std::array<std::string, 5> k_sections = {"META", "TEXT", "TOKN", "SEGS", "KVF6"};
+const std::array<std::string, 4> k_sections = {"META", "TEXT", "TOKN", "SEGS"};
+// The rows' section: F16 rows in version 1, rows of META's cache_types from version 2 on.
+std::string rows_section(uint32_t version) {
+    return version >= 2 ? "ROWS" : "KVF6";
+}
 
 Error file_error(const std::string & path, const std::string & what) {
     return Error("cache-file", path + ": " + what);
@@ -112,7 +116,7 @@ struct Section {
 // The section table of a file's first bytes; checks the magic, the version and the header
 // checksum. `head` holds at least the fixed part; `need` is set to the header's full size.
 std::map<std::string, Section> parse_header(const std::string & path, const uint8_t * head, size_t n_head,
-                                            uint64_t file_size, size_t * need) {
+                                            uint64_t file_size, size_t * need, uint32_t * version_out = nullptr) {
     if (file_size < k_fixed + k_sha || n_head < k_fixed) throw file_error(path, "not a kvlab cache file (too short)");
     if (std::memcmp(head, k_magic, sizeof(k_magic)) != 0) throw file_error(path, "not a kvlab cache file (bad magic)");
     const uint32_t version = get<uint32_t>(head + 8);
@@ -120,6 +124,7 @@ std::map<std::string, Section> parse_header(const std::string & path, const uint
         throw file_error(path, "made by a newer kvlab (cache format version " + std::to_string(version) +
                                    "; this kvlab reads version " + std::to_string(k_cache_file_version) + ")");
     if (version == 0) throw file_error(path, "corrupt header (format version 0)");
+    if (version_out) *version_out = version;
     const uint32_t n = get<uint32_t>(head + 12);
     if (n == 0 || n > k_max_sections) throw file_error(path, "corrupt header (" + std::to_string(n) + " sections)");
     *need = k_fixed + n * k_entry + k_sha;
@@ -139,6 +144,8 @@ std::map<std::string, Section> parse_header(const std::string & path, const uint
     }
     for (const std::string & id : k_sections)
         if (!out.count(id)) throw file_error(path, "corrupt header (no " + id + " section)");
+    if (!out.count(rows_section(version)))
+        throw file_error(path, "corrupt header (no " + rows_section(version) + " section)");
     return out;
 }
 
@@ -157,6 +164,19 @@ nlohmann::json parse_meta(const std::string & path, const uint8_t * data, uint64
 
 std::string string_field(const nlohmann::json & j, const char * key) {
     return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+// META's cache_types {k, v} (version 2 on).
+CacheTypes read_cache_types(const std::string & path, const nlohmann::json & meta) {
+    const nlohmann::json & t = meta.contains("cache_types") ? meta["cache_types"] : nlohmann::json();
+    if (!t.is_object() || !t.contains("rotate") || !t["rotate"].is_boolean())
+        throw file_error(path, "corrupt META section (no cache_types {k, v, rotate})");
+    try {
+        return {parse_cache_type(string_field(t, "k")), parse_cache_type(string_field(t, "v")),
+                t["rotate"].get<bool>()};
+    } catch (const Error & e) {
+        throw file_error(path, std::string("corrupt META section: ") + e.what());
+    }
 }
 
 // The context's text, tokens and the caller's object from META and the (verified) TEXT and
@@ -212,6 +232,10 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
         {"next_pos", cache.next_pos()},
         {"rows", cache.total_rows()},
         {"kv_bytes", cache.used_bytes()},
+        {"cache_types",
+         {{"k", cache_type_name(cache.types().k)},
+          {"v", cache_type_name(cache.types().v)},
+          {"rotate", cache.types().rotate}}},
         {"created_unix", int64_t(std::time(nullptr))},
         {"kvlab", {{"version", kvlab_version()}, {"commit", kvlab_git_commit()}}},
         {"context", content.context},
@@ -239,7 +263,7 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
         }
     } cleanup{tmp, done};
 
-    const size_t n_sec = k_sections.size();
+    const size_t n_sec = k_sections.size() + 1;
     const uint64_t header = k_fixed + n_sec * k_entry + k_sha;
     std::vector<Section> table;
     uint64_t at = align_up(header);
@@ -259,13 +283,13 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
         for (int il = 0; il < hp.n_layer; ++il)
             for (int h = 0; h < hp.n_head_kv; ++h)
                 for (bool value : {false, true}) {
-                    rows.resize(size_t(cache.n_rows(il, h)) * cache.row_bytes() / 2);
+                    rows.resize(size_t(cache.n_rows(il, h)) * (value ? cache.v_row_bytes() : cache.k_row_bytes()));
                     cache.read_rows(il, h, value, rows.data());
                     write_all(fd.fd, rows.data(), rows.size(), at, path);
                     sha.update(rows.data(), rows.size());
                     at += rows.size();
                 }
-        table.push_back({"KVF6", start, at - start, sha.hex()});
+        table.push_back({rows_section(k_cache_file_version), start, at - start, sha.hex()});
     }
     std::vector<uint8_t> head(k_magic, k_magic + sizeof(k_magic));
     put<uint32_t>(head, k_cache_file_version);
@@ -313,7 +337,8 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
 
     t0 = now_seconds();
     size_t need = 0;
-    const auto secs = parse_header(path, buf.data(), buf.size(), size, &need);
+    uint32_t version = 0;
+    const auto secs = parse_header(path, buf.data(), buf.size(), size, &need, &version);
     for (const auto & [id, s] : secs) check_section(path, s, buf.data() + s.offset);
     const auto data = [&](const char * id) { return buf.data() + secs.at(id).offset; };
     const auto bytes = [&](const char * id) { return secs.at(id).size; };
@@ -351,26 +376,29 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
             total_rows += n;
         }
     if (p != end) throw file_error(path, "corrupt SEGS section (trailing bytes)");
-    const uint64_t half_row = uint64_t(hp.head_dim) * sizeof(uint16_t);
-    if (bytes("KVF6") != total_rows * 2 * half_row)
-        throw file_error(path, "corrupt KVF6 section (" + std::to_string(bytes("KVF6")) + " bytes for " +
-                                   std::to_string(total_rows) + " rows)");
+    const CacheTypes types = version >= 2 ? read_cache_types(path, meta) : CacheTypes{};
+    const uint64_t k_row = cache_row_bytes(types.k, hp.head_dim), v_row = cache_row_bytes(types.v, hp.head_dim);
+    const std::string rows_id = rows_section(version);
+    if (bytes(rows_id.c_str()) != total_rows * (k_row + v_row))
+        throw file_error(path, "corrupt " + rows_id + " section (" + std::to_string(bytes(rows_id.c_str())) +
+                                   " bytes for " + std::to_string(total_rows) + " rows of " + cache_type_name(types.k) +
+                                   " K and " + cache_type_name(types.v) + " V)");
     const double verify_s = now_seconds() - t0;
 
     t0 = now_seconds();
     KvStore cache = [&] {
         try {
-            return KvStore::restore(hp, model.backend(), std::move(positions), int32_t(next_pos), reserve);
+            return KvStore::restore(hp, model.backend(), std::move(positions), int32_t(next_pos), reserve, types);
         } catch (const Error & e) {
             throw file_error(path, std::string("corrupt SEGS section: ") + e.what());
         }
     }();
-    const uint8_t * rows = data("KVF6");
+    const uint8_t * rows = data(rows_id.c_str());
     for (int il = 0; il < hp.n_layer; ++il)
         for (int h = 0; h < hp.n_head_kv; ++h)
             for (bool value : {false, true}) {
                 cache.write_rows(il, h, value, rows);
-                rows += uint64_t(cache.n_rows(il, h)) * half_row;
+                rows += uint64_t(cache.n_rows(il, h)) * (value ? v_row : k_row);
             }
     const double build_s = now_seconds() - t0;
     return LoadedCacheFile{std::move(cache), std::move(content), std::move(meta), size, read_s, verify_s, build_s};
