@@ -177,7 +177,9 @@ void expect_frequencies(const std::vector<int64_t> & counts, const std::vector<d
             EXPECT_EQ(counts[i], 0) << "token " << i << " is outside libllama's support";
             continue;
         }
-        if (p[i] >= 1e-3) EXPECT_GT(counts[i], 0) << "token " << i << " of probability " << p[i] << " never drawn";
+        if (p[i] >= 1e-3) {
+            EXPECT_GT(counts[i], 0) << "token " << i << " of probability " << p[i] << " never drawn";
+        }
         const double sigma = std::sqrt(p[i] * (1.0 - p[i]) / k_draws);
         EXPECT_LE(std::abs(f - p[i]), 5.0 * sigma + 1e-3)
             << "token " << i << ": frequency " << f << ", libllama's chain " << p[i];

@@ -18,12 +18,13 @@ namespace kvlab::cli {
 namespace {
 
 struct AskArgs {
-    std::string model, context_file, cache, system, method = "none", attention = "kvlab", preset;
+    std::string model, context_file, cache, system, method = "none", preset;
     std::vector<std::string> questions, params;
     BudgetArgs budget;
     bool query_aware = false, json = false, no_stop = false;
-    int max_tokens = 64, threads = 0, chunk = 512;
+    int max_tokens = 64, threads = 0;
     KernelArgs kernels;
+    EngineArgs engine;
 };
 
 // "N rows in every (layer, head)", or per layer, or per layer and head where heads differ.
@@ -69,7 +70,7 @@ public:
         for (const std::string & q : a_.questions)
             queries_.push_back(
                 split_query(l_.tok->context_chat(before(a_.system), context, {{"user", q}}), a_.query_aware));
-        engine_ = std::make_unique<Engine>(*l_.model, EngineOptions{a_.chunk, parse_attention_kernel(a_.attention)});
+        engine_ = std::make_unique<Engine>(*l_.model, a_.engine.options());
         go_.max_tokens = a_.max_tokens;
         go_.stop_on_eog = !a_.no_stop;
         go_.eog_ids = l_.tok->eog_ids();
@@ -97,7 +98,7 @@ private:
                         "--cache answers from the file as it was made: --context-file, --system, --method, "
                         "--ratio, --budget, --param, --preset and --query-aware do not apply");
         l_ = load(a_.model, a_.kernels.options(a_.threads));
-        engine_ = std::make_unique<Engine>(*l_.model, EngineOptions{a_.chunk, parse_attention_kernel(a_.attention)});
+        engine_ = std::make_unique<Engine>(*l_.model, a_.engine.options());
         go_.max_tokens = a_.max_tokens;
         go_.stop_on_eog = !a_.no_stop;
         go_.eog_ids = l_.tok->eog_ids();
@@ -244,11 +245,9 @@ private:
         j["prepared"] = prepared_json_;
         j["answers"] = answers_json_;
         j["memory"] = memory_json(*l_.model, nullptr, engine_.get());
-        j["params"] = {{"max_tokens", a_.max_tokens},
-                       {"chunk_size", a_.chunk},
-                       {"attention", a_.attention},
-                       {"threads", l_.model->n_threads()},
-                       {"stop_on_eog", !a_.no_stop}};
+        j["params"] = a_.engine.to_json();
+        j["params"].update(
+            {{"max_tokens", a_.max_tokens}, {"threads", l_.model->n_threads()}, {"stop_on_eog", !a_.no_stop}});
         j["provenance"] = provenance(*l_.model, *l_.tok);
         std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
@@ -285,8 +284,7 @@ const CommandRegistrar reg("ask", [](CLI::App & app, int & rc) {
     cmd->add_option("-n,--max-tokens", a->max_tokens, "most tokens per answer")->check(CLI::PositiveNumber);
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
-    add_chunk_option(cmd, a->chunk);
-    add_attention_option(cmd, a->attention);
+    add_engine_options(cmd, a->engine);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");
     add_json_flag(cmd, a->json, "the answers, timings, bytes, kept rows and provenance");
     cmd->callback([&rc, a] { rc = Ask(*a).run(); });

@@ -20,9 +20,9 @@ namespace {
 struct BenchArgs {
     std::string model;
     std::vector<int> contexts = {512, 4096};
-    int reps = 5, n_decode = 32, threads = 0, chunk = 512;
+    int reps = 5, n_decode = 32, threads = 0;
     KernelArgs kernels;
-    std::string attention = "kvlab";
+    EngineArgs engine;
     bool json = false, instructions = false;
 };
 
@@ -33,8 +33,9 @@ int run_bench(const BenchArgs & a) {
     if (max_ctx + a.n_decode > l.model->hparams().n_ctx_train)
         throw Error("bench", "context " + std::to_string(max_ctx) + " + decode exceeds the model's " +
                                  std::to_string(l.model->hparams().n_ctx_train) + " tokens");
-    Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
-    LlamaRef ref(l.path, threads, max_ctx + a.n_decode + 16, a.chunk);
+    const EngineOptions eo = a.engine.options();
+    Engine engine(*l.model, eo);
+    LlamaRef ref(l.path, threads, max_ctx + a.n_decode + 16, a.engine.chunk, true, eo.cache_types);
     std::mt19937 rng(1234);
     nlohmann::json results = nlohmann::json::array();
     const bool anchor = !llama_bench_path().empty();
@@ -77,8 +78,9 @@ int run_bench(const BenchArgs & a) {
         std::vector<double> bp, bd;
         if (anchor) {
             if (!a.json) std::fprintf(stderr, "\r[bench] context %d: llama-bench          ", n_ctx);
-            bp = run_llama_bench(l.path, {n_ctx, 0, 0, threads, a.chunk, a.reps});
-            bd = run_llama_bench(l.path, {0, a.n_decode, n_ctx, threads, a.chunk, a.reps});
+            const std::string &ctk = a.engine.cache_type_k, &ctv = a.engine.cache_type_v;
+            bp = run_llama_bench(l.path, {n_ctx, 0, 0, threads, a.engine.chunk, a.reps, ctk, ctv});
+            bd = run_llama_bench(l.path, {0, a.n_decode, n_ctx, threads, a.engine.chunk, a.reps, ctk, ctv});
         }
         if (!a.json) std::fprintf(stderr, "\n");
         auto row = [&](const char * measure, const char * key, const std::vector<double> & k,
@@ -124,7 +126,7 @@ int run_bench(const BenchArgs & a) {
     }
     nlohmann::json instr;
     if (a.instructions) {
-        const InstructionRun ir{512, a.chunk, a.attention};
+        const InstructionRun ir{512, a.engine.chunk, a.engine.attention};
         if (!a.json) std::fprintf(stderr, "[bench] instruction counts: callgrind on the x86-64-v3 build (minutes)\n");
         const InstructionCounts c = count_instructions(l.path, ir);
         instr = to_json(c, ir);
@@ -140,8 +142,10 @@ int run_bench(const BenchArgs & a) {
                              {{"reps", a.reps},
                               {"n_decode", a.n_decode},
                               {"threads", threads},
-                              {"chunk_size", a.chunk},
-                              {"attention", a.attention},
+                              {"chunk_size", a.engine.chunk},
+                              {"attention", a.engine.attention},
+                              {"cache_type_k", a.engine.cache_type_k},
+                              {"cache_type_v", a.engine.cache_type_v},
                               {"statistic", "median"},
                               {"llama_cpp_flash_attn", true},
                               {"llama_bench", anchor ? llama_bench_path() : ""},
@@ -163,8 +167,7 @@ const CommandRegistrar reg("bench", [](CLI::App & app, int & rc) {
     cmd->add_option("--decode", a->n_decode, "tokens decoded on top of each context")->check(CLI::PositiveNumber);
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
-    add_chunk_option(cmd, a->chunk);
-    add_attention_option(cmd, a->attention);
+    add_engine_options(cmd, a->engine);
     add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
     cmd->add_flag("--instructions", a->instructions,
                   "also count the instructions (callgrind) of one 512-token prefill and one decode step: "

@@ -23,8 +23,9 @@ namespace {
 struct BenchMethodsArgs {
     std::string model, context_file, tokens_file, dump_plans, preset;
     std::vector<std::string> methods = {"all"}, params;
-    int context = 4096, reps = 3, n_decode = 32, threads = 0, chunk = 512;
+    int context = 4096, reps = 3, n_decode = 32, threads = 0;
     KernelArgs kernels;
+    EngineArgs engine;
     double ratio = 0.875;
     bool json = false, prefill_per_method = false;
 };
@@ -180,17 +181,17 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
         }
     }
     nlohmann::json j;
-    j["params"] = {{"context", a.context},
-                   {"ratio", a.ratio},
-                   {"reps", a.reps},
-                   {"n_decode", a.n_decode},
-                   {"chunk_size", a.chunk},
-                   {"statistic", "median"},
-                   {"preset", a.preset},
-                   {"prefill_per_method", a.prefill_per_method},
-                   {"context_file", !a.tokens_file.empty()   ? "token ids from " + a.tokens_file
-                                    : a.context_file.empty() ? std::string("random token ids (seed 1234)")
-                                                             : a.context_file}};
+    j["params"] = a.engine.to_json();
+    j["params"].update({{"context", a.context},
+                        {"ratio", a.ratio},
+                        {"reps", a.reps},
+                        {"n_decode", a.n_decode},
+                        {"statistic", "median"},
+                        {"preset", a.preset},
+                        {"prefill_per_method", a.prefill_per_method},
+                        {"context_file", !a.tokens_file.empty()   ? "token ids from " + a.tokens_file
+                                         : a.context_file.empty() ? std::string("random token ids (seed 1234)")
+                                                                  : a.context_file}});
     j["prefill_s"] = median(m.prefill_s);
     j["prefill_s_reps"] = m.prefill_s;
     j["full_decode_tokens_per_s"] = median(m.full_decode);
@@ -211,7 +212,7 @@ int run_bench_methods(const BenchMethodsArgs & a) {
     for (const std::string & n : names)
         methods.push_back({n, apply_preset(a.preset, n, params.count(n) ? params.at(n) : ParamMap{})});
     const std::vector<int32_t> toks = bench_tokens(a, l);
-    Engine engine(*l.model, EngineOptions{a.chunk});
+    Engine engine(*l.model, a.engine.options());
     const Measurements m = measure(a, engine, *l.tok, methods, toks);
     if (!a.json) {
         print_table(a, methods, m);
@@ -250,7 +251,7 @@ const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
                   "the top-level prefill_s is then a prefill observed by no method");
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
-    add_chunk_option(cmd, a->chunk);
+    add_engine_options(cmd, a->engine);
     add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
     cmd->callback([&rc, a] { rc = run_bench_methods(*a); });
 });

@@ -15,12 +15,13 @@ namespace kvlab::cli {
 namespace {
 
 struct CompressArgs {
-    std::string model, context_file, output, system, method = "none", attention = "kvlab", preset;
+    std::string model, context_file, output, system, method = "none", preset;
     std::vector<std::string> params;
     BudgetArgs budget;
     bool json = false;
-    int threads = 0, chunk = 512;
+    int threads = 0;
     KernelArgs kernels;
+    EngineArgs engine;
 };
 
 int run_compress(const CompressArgs & a) {
@@ -39,7 +40,7 @@ int run_compress(const CompressArgs & a) {
         job.params = apply_preset(a.preset, a.method, parse_params(a.params));
         job.budget = a.budget.budget();
     }
-    Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
+    Engine engine(*l.model, a.engine.options());
     MadeContext m = make_context(engine, *l.tok, job, [&](const std::string & phase, int64_t n) {
         if (!a.json && phase == "prefill") std::fprintf(stderr, "[prefill]  %lld context tokens ...\n", (long long)n);
     });
@@ -47,7 +48,8 @@ int run_compress(const CompressArgs & a) {
     nlohmann::json info = m.info;
     info["context_file"] = a.context_file;
     info["compression"] = p.stats.to_json();
-    info["engine"] = {{"chunk_size", a.chunk}, {"attention", a.attention}, {"threads", l.model->n_threads()}};
+    info["engine"] = a.engine.to_json();
+    info["engine"]["threads"] = l.model->n_threads();
     info["provenance"] = provenance(*l.model, *l.tok);
     const double t0 = now_seconds();
     const uint64_t written = save_cache_file(a.output, *l.model, p.cache, CacheFileContent{job.text, m.tokens, info});
@@ -88,8 +90,7 @@ const CommandRegistrar reg("compress", [](CLI::App & app, int & rc) {
     add_preset_option(cmd, a->preset);
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
-    add_chunk_option(cmd, a->chunk);
-    add_attention_option(cmd, a->attention);
+    add_engine_options(cmd, a->engine);
     add_json_flag(cmd, a->json, "what was written: tokens, rows, bytes, timings");
     cmd->callback([&rc, a] { rc = run_compress(*a); });
 });

@@ -13,8 +13,9 @@ namespace kvlab::cli {
 namespace {
 
 struct CountArgs {
-    std::string model, attention = "kvlab";
-    int tokens = 512, chunk = 512;
+    std::string model;
+    int tokens = 512;
+    EngineArgs engine;
 };
 
 int run_count(const CountArgs & a) {
@@ -23,7 +24,7 @@ int run_count(const CountArgs & a) {
                     "run it under valgrind --tool=callgrind --instr-atstart=no "
                     "(kvlab bench --instructions does)");
     Loaded l = load(a.model, {.n_threads = 1});
-    Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
+    Engine engine(*l.model, a.engine.options());
     // real token ids drawn from the vocabulary with a fixed seed, as kvlab bench does
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> dist(0, l.model->hparams().n_vocab - 1);
@@ -46,8 +47,7 @@ const CommandRegistrar reg("count-instructions", [](CLI::App & app, int & rc) {
     auto a = std::make_shared<CountArgs>();
     add_model_arg(cmd, a->model);
     cmd->add_option("--tokens", a->tokens, "prefill tokens")->check(CLI::PositiveNumber);
-    add_chunk_option(cmd, a->chunk);
-    add_attention_option(cmd, a->attention);
+    add_engine_options(cmd, a->engine);
     cmd->callback([&rc, a] { rc = run_count(*a); });
 });
 

@@ -12,9 +12,9 @@ namespace kvlab::cli {
 namespace {
 struct GenerateArgs {
     std::string model, prompt, prompt_file, chat;
-    int max_tokens = 128, top_k = 0, threads = 0, logprobs = 0, chunk = 512;
+    int max_tokens = 128, top_k = 0, threads = 0, logprobs = 0;
     KernelArgs kernels;
-    std::string attention = "kvlab";
+    EngineArgs engine;
     float temp = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
     bool json = false, no_stop = false;
@@ -34,7 +34,7 @@ int run_generate(const GenerateArgs & a) {
         throw Error("generate", "the prompt has " + std::to_string(prompt.size()) +
                                     " tokens, more than the model's context of " + std::to_string(n_ctx) + " allows");
 
-    Engine engine(*l.model, EngineOptions{a.chunk, parse_attention_kernel(a.attention)});
+    Engine engine(*l.model, a.engine.options());
     KvStore cache = engine.new_cache(std::min<int64_t>(n_ctx, int64_t(prompt.size()) + a.max_tokens));
     GenerateOptions go;
     go.max_tokens = a.max_tokens;
@@ -77,9 +77,13 @@ int run_generate(const GenerateArgs & a) {
                         {"decode_tokens", r.n_decoded},
                         {"decode_tokens_per_s", r.decode_tokens_per_second()}};
         j["memory"] = memory_json(*l.model, &cache, &engine);
-        j["params"] = {{"max_tokens", a.max_tokens}, {"temp", a.temp},           {"top_k", a.top_k},
-                       {"top_p", a.top_p},           {"seed", a.seed},           {"chunk_size", a.chunk},
-                       {"attention", a.attention},   {"stop_on_eog", !a.no_stop}};
+        j["params"] = a.engine.to_json();
+        j["params"].update({{"max_tokens", a.max_tokens},
+                            {"temp", a.temp},
+                            {"top_k", a.top_k},
+                            {"top_p", a.top_p},
+                            {"seed", a.seed},
+                            {"stop_on_eog", !a.no_stop}});
         j["provenance"] = provenance(*l.model, *l.tok);
         std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         return 0;
@@ -114,8 +118,7 @@ const CommandRegistrar reg("generate", [](CLI::App & app, int & rc) {
     cmd->add_option("-s,--seed", a->seed, "sampling seed");
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
-    add_chunk_option(cmd, a->chunk);
-    add_attention_option(cmd, a->attention);
+    add_engine_options(cmd, a->engine);
     cmd->add_option("--logprobs", a->logprobs, "with --json: top-K log-probabilities at each generated position")
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");

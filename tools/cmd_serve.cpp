@@ -20,9 +20,10 @@ namespace {
 
 struct ServeArgs {
     server::ServerOptions o;
-    std::string model, attention = "kvlab", kv_budget = "1GiB";
-    int threads = 0, chunk = 512;
+    std::string model, kv_budget = "1GiB";
+    int threads = 0;
     KernelArgs kernels;
+    EngineArgs engine;
 };
 
 // "1073741824", "512MiB", "2GiB", "300MB": bytes.
@@ -64,7 +65,7 @@ int run_serve(ServeArgs & a) {
     a.o.kv_budget = parse_bytes(a.kv_budget);
     Loaded l = load(a.model, a.kernels.options(a.threads));
     a.o.threads = l.model->n_threads();
-    a.o.engine = EngineOptions{a.chunk, parse_attention_kernel(a.attention)};
+    a.o.engine = a.engine.options();
     a.o.model_id = std::filesystem::path(l.path).stem().string();
     if (a.o.store_dir.empty()) a.o.store_dir = environment().cache_dir + "/contexts";
     server::Server srv(*l.model, *l.tok, a.o);
@@ -133,8 +134,7 @@ const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
         ->capture_default_str();
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
-    add_chunk_option(cmd, a->chunk);
-    add_attention_option(cmd, a->attention);
+    add_engine_options(cmd, a->engine);
     cmd->callback([&rc, a] { rc = run_serve(*a); });
 });
 

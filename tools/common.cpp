@@ -90,6 +90,38 @@ CLI::Option * add_attention_option(CLI::App * cmd, std::string & value) {
         ->check(CLI::IsMember({"kvlab", "ggml"}));
 }
 
+EngineOptions EngineArgs::options() const {
+    EngineOptions o;
+    o.chunk_size = chunk;
+    o.attention = parse_attention_kernel(attention);
+    o.cache_types = {parse_cache_type(cache_type_k), parse_cache_type(cache_type_v), !no_kv_rotation};
+    return o;
+}
+
+nlohmann::json EngineArgs::to_json() const {
+    return {{"chunk_size", chunk},
+            {"attention", attention},
+            {"cache_type_k", cache_type_k},
+            {"cache_type_v", cache_type_v},
+            {"kv_rotation", !no_kv_rotation}};
+}
+
+void add_engine_options(CLI::App * cmd, EngineArgs & e) {
+    add_chunk_option(cmd, e.chunk);
+    add_attention_option(cmd, e.attention);
+    const auto types = CLI::IsMember({"f16", "q8_0", "q4_0"});
+    cmd->add_option("--cache-type-k", e.cache_type_k,
+                    "(-ctk) KV cache type of K rows: f16, q8_0 or q4_0 (ggml's blocks, quantized as written)")
+        ->check(types)
+        ->capture_default_str();
+    cmd->add_option("--cache-type-v", e.cache_type_v, "(-ctv) KV cache type of V rows: f16, q8_0 or q4_0")
+        ->check(types)
+        ->capture_default_str();
+    cmd->add_flag("--no-kv-rotation", e.no_kv_rotation,
+                  "store quantized K/V rows as they are, without the Walsh-Hadamard rotation llama.cpp applies "
+                  "(as its LLAMA_ATTN_ROT_DISABLE=1)");
+}
+
 CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & what) {
     return cmd->add_flag("--json", json, "print " + what + " as one JSON object on stdout");
 }

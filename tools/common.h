@@ -45,6 +45,18 @@ CLI::Option * add_model_arg(CLI::App * cmd, std::string & model, bool required =
 CLI::Option * add_threads_option(CLI::App * cmd, int & threads);
 CLI::Option * add_chunk_option(CLI::App * cmd, int & chunk);
 CLI::Option * add_attention_option(CLI::App * cmd, std::string & value);  // --attention kvlab|ggml
+
+// The engine's choices on the command line: --chunk, --attention, -ctk / -ctv (llama.cpp's
+// --cache-type-k / --cache-type-v: f16, q8_0, q4_0).
+struct EngineArgs {
+    int chunk = 512;
+    std::string attention = "kvlab";
+    std::string cache_type_k = "f16", cache_type_v = "f16";
+    bool no_kv_rotation = false;  // --no-kv-rotation: quantized rows stored as they are (CacheTypes::rotate)
+    EngineOptions options() const;
+    nlohmann::json to_json() const;  // {chunk_size, attention, cache_type_k, cache_type_v, kv_rotation}
+};
+void add_engine_options(CLI::App * cmd, EngineArgs & e);
 CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & what);
 // A comma-separated list (`--x a,b,c`; repeating the flag appends).
 template <typename T>

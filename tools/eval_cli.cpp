@@ -119,8 +119,12 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
     add_kernel_options(cmd, a->kernels);
     over(cmd->get_option("--products"), [a](eval::RunConfig & c) { c.products = a->kernels.products; });
     over(cmd->get_option("--no-repack"), [a](eval::RunConfig & c) { c.repack = !a->kernels.no_repack; });
-    over(add_chunk_option(cmd, f.chunk), [a](eval::RunConfig & c) { c.chunk = a->flags.chunk; });
-    over(add_attention_option(cmd, f.attention), [a](eval::RunConfig & c) { c.attention = a->flags.attention; });
+    add_engine_options(cmd, a->engine);
+    over(cmd->get_option("--chunk"), [a](eval::RunConfig & c) { c.chunk = a->engine.chunk; });
+    over(cmd->get_option("--attention"), [a](eval::RunConfig & c) { c.attention = a->engine.attention; });
+    over(cmd->get_option("--cache-type-k"), [a](eval::RunConfig & c) { c.cache_type_k = a->engine.cache_type_k; });
+    over(cmd->get_option("--cache-type-v"), [a](eval::RunConfig & c) { c.cache_type_v = a->engine.cache_type_v; });
+    over(cmd->get_option("--no-kv-rotation"), [](eval::RunConfig & c) { c.kv_rotation = false; });
     over(cmd->add_option("-o,--out", f.out_dir, "output directory (records, report)"),
          [a](eval::RunConfig & c) { c.out_dir = a->flags.out_dir; });
     over(cmd->add_option("--shard", a->shard, "run shard i of N (i/N): sample k goes to shard k mod N"),

@@ -25,14 +25,15 @@ std::string llama_bench_path() {
 std::vector<double> run_llama_bench(const std::string & model_path, const LlamaBenchRun & r) {
     const std::string exe = llama_bench_path();
     if (exe.empty()) throw Error("bench", "llama-bench is not built (scripts/deps.sh builds it)");
-    const std::string log = (std::filesystem::temp_directory_path() / ("kvlab-llama-bench-" +
-                                                                       std::to_string(::getpid()) + ".log"))
-                                .string();
+    const std::string log =
+        (std::filesystem::temp_directory_path() / ("kvlab-llama-bench-" + std::to_string(::getpid()) + ".log"))
+            .string();
     // flash attention on, as the in-process libllama of kvlab bench
     const std::string cmd = shell_quote(exe) + " -m " + shell_quote(model_path) + " -p " + std::to_string(r.n_prompt) +
                             " -n " + std::to_string(r.n_gen) + " -d " + std::to_string(r.n_depth) + " -t " +
                             std::to_string(r.threads) + " -ub " + std::to_string(r.ubatch) + " -r " +
-                            std::to_string(r.reps) + " -fa on -o json 2>" + shell_quote(log);
+                            std::to_string(r.reps) + " -ctk " + shell_quote(r.cache_type_k) + " -ctv " +
+                            shell_quote(r.cache_type_v) + " -fa on -o json 2>" + shell_quote(log);
     std::string out;
     {
         std::unique_ptr<FILE, int (*)(FILE *)> pipe(popen(cmd.c_str(), "r"), pclose);
@@ -47,13 +48,15 @@ std::vector<double> run_llama_bench(const std::string & model_path, const LlamaB
                 std::fclose(f);
             }
             std::remove(log.c_str());
-            throw Error("bench", "llama-bench failed (" + cmd + "): " + err.substr(err.size() > 2000 ? err.size() - 2000 : 0));
+            throw Error("bench",
+                        "llama-bench failed (" + cmd + "): " + err.substr(err.size() > 2000 ? err.size() - 2000 : 0));
         }
     }
     std::remove(log.c_str());
     try {
         const nlohmann::json j = nlohmann::json::parse(out);
-        if (!j.is_array() || j.size() != 1) throw Error("bench", "llama-bench printed " + std::to_string(j.size()) + " tests, expected 1");
+        if (!j.is_array() || j.size() != 1)
+            throw Error("bench", "llama-bench printed " + std::to_string(j.size()) + " tests, expected 1");
         return j[0].at("samples_ts").get<std::vector<double>>();
     } catch (const nlohmann::json::exception & e) {
         throw Error("bench", std::string("cannot read llama-bench's JSON: ") + e.what());

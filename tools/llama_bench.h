@@ -13,6 +13,7 @@ struct LlamaBenchRun {
     int n_gen = 0;     // -n: generated tokens timed
     int n_depth = 0;   // -d: context already in the cache (untimed)
     int threads = 1, ubatch = 512, reps = 3;
+    std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk, -ctv
 };
 
 // The llama-bench executable, or "" when it is not built.

@@ -3,6 +3,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "command.h"
 #include "environment.h"
@@ -19,6 +21,16 @@ void on_ggml_abort(const char * message) {
                  message);
     std::fflush(stderr);
     std::_Exit(1);
+}
+
+// llama.cpp's multi-letter short flags, which CLI11 does not parse, as their long names.
+std::vector<const char *> with_llama_aliases(int argc, char ** argv) {
+    std::vector<const char *> out(argv, argv + argc);
+    for (const char *& a : out) {
+        if (std::strcmp(a, "-ctk") == 0) a = "--cache-type-k";
+        if (std::strcmp(a, "-ctv") == 0) a = "--cache-type-v";
+    }
+    return out;
 }
 }  // namespace
 
@@ -38,7 +50,8 @@ int main(int argc, char ** argv) {
     int rc = 0;
     kvlab::cli::add_commands(app, rc);
     try {
-        app.parse(argc, argv);
+        std::vector<const char *> args = with_llama_aliases(argc, argv);
+        app.parse(int(args.size()), args.data());
     } catch (const CLI::ParseError & e) {
         return app.exit(e);
     } catch (const kvlab::Error & e) {

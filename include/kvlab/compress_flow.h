@@ -15,21 +15,23 @@
 namespace kvlab {
 
 struct ContextJob {
-    std::string text;                 // the document
-    std::vector<ChatMessage> before;  // messages before it (a system prompt), may be empty
-    std::string method = "none";      // "none": the full cache
-    ParamMap params;                  // the method's, after the preset
-    std::string preset;               // "" or "kvpress", recorded
-    std::optional<Budget> budget;     // required with a method, refused without one
-    std::vector<int32_t> tokens;      // when not empty: context_tokens() of this job, made already
+    std::string text;                       // the document
+    std::vector<ChatMessage> before;        // messages before it (a system prompt), may be empty
+    std::string method = "none";            // "none": the full cache
+    ParamMap params;                        // the method's, after the preset
+    std::string preset;                     // "" or "kvpress", recorded
+    std::optional<Budget> budget;           // required with a method, refused without one
+    std::vector<int32_t> tokens;            // when not empty: context_tokens() of this job, made already
+    std::optional<CacheTypes> cache_types;  // the K/V row types; unset: the engine's
 };
 
 struct MadeContext {
     std::vector<int32_t> tokens;  // the context's tokens, as prefilled
     PreparedCache prepared;       // the cache: rows only, no reserve (a reader sizes its own)
     PrefillStats prefill;
-    // method, params, budget, preset, before, tokens, rows_kept, rows_full, kv_bytes, kv_bytes_full,
-    // achieved_ratio, timings {prefill_s, prefill_tokens_per_s, compress_s}
+    // method, params, budget, preset, before, tokens, rows_kept, rows_full, cache_type_k, cache_type_v,
+    // kv_bytes, kv_bytes_full (the full cache in the same types), kv_bytes_full_f16, achieved_ratio,
+    // timings {prefill_s, prefill_tokens_per_s, compress_s}
     nlohmann::json info;
 };
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,10 @@ struct MethodRequest {
 };
 
 struct SessionOptions {
-    int64_t max_query_tokens = 0;     // the longest query fed on top of a prepared cache
-    int64_t max_answer_tokens = 0;    // the most tokens an answer may take
-    const Tokenizer * tok = nullptr;  // the prompts of methods with scoring passes (kvzip)
+    int64_t max_query_tokens = 0;           // the longest query fed on top of a prepared cache
+    int64_t max_answer_tokens = 0;          // the most tokens an answer may take
+    const Tokenizer * tok = nullptr;        // the prompts of methods with scoring passes (kvzip)
+    std::optional<CacheTypes> cache_types;  // the context's K/V row types; unset: the engine's
 };
 
 // The reserve policy: every prepared cache (full or compressed) keeps room for the longest

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "eval/runner.h"
+#include "kvlab/cache.h"
 #include "kvlab/error.h"
 
 namespace kvlab::eval {
@@ -45,6 +46,9 @@ nlohmann::json RunConfig::to_json() const {
             {"repack", repack},
             {"chunk", chunk},
             {"attention", attention},
+            {"cache_type_k", cache_type_k},
+            {"cache_type_v", cache_type_v},
+            {"kv_rotation", kv_rotation},
             {"out_dir", out_dir},
             {"shard", shard},
             {"n_shards", n_shards}};
@@ -80,10 +84,11 @@ std::vector<T> wholes(const nlohmann::json & v, const std::string & key) {
 
 RunConfig RunConfig::from_json(const nlohmann::json & j) {
     if (!j.is_object()) throw Error("eval", "an experiment is a JSON object");
-    static const std::set<std::string> known = {
-        "model",    "preset",  "tasks",   "lengths",     "depths",     "samples",    "seed",
-        "haystack", "methods", "budgets", "query_aware", "multi_turn", "max_tokens", "threads",
-        "products", "repack",  "chunk",   "attention",   "out_dir",    "shard",      "n_shards"};
+    static const std::set<std::string> known = {"model",       "preset",       "tasks",        "lengths",    "depths",
+                                                "samples",     "seed",         "haystack",     "methods",    "budgets",
+                                                "query_aware", "multi_turn",   "max_tokens",   "threads",    "products",
+                                                "repack",      "chunk",        "attention",    "out_dir",    "shard",
+                                                "n_shards",    "cache_type_k", "cache_type_v", "kv_rotation"};
     for (const auto & [k, v] : j.items())
         if (!known.count(k)) throw Error("eval", "unknown experiment key '" + k + "'");
     RunConfig c;
@@ -128,6 +133,13 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
         if (j.contains("repack")) c.repack = j["repack"].get<bool>();
         if (j.contains("chunk")) c.chunk = whole<int>(j["chunk"], "chunk");
         if (j.contains("attention")) c.attention = j["attention"].get<std::string>();
+        for (const char * key : {"cache_type_k", "cache_type_v"})
+            if (j.contains(key)) {
+                std::string & t = std::string(key) == "cache_type_k" ? c.cache_type_k : c.cache_type_v;
+                t = j[key].get<std::string>();
+                parse_cache_type(t);  // an unknown type is refused here, naming the choices
+            }
+        if (j.contains("kv_rotation")) c.kv_rotation = j["kv_rotation"].get<bool>();
         if (j.contains("out_dir")) c.out_dir = j["out_dir"].get<std::string>();
         if (j.contains("shard")) c.shard = whole<int>(j["shard"], "shard");
         if (j.contains("n_shards")) c.n_shards = whole<int>(j["n_shards"], "n_shards");

@@ -169,7 +169,11 @@ std::string run(const RunConfig & cfg, const RunEnv & env, const std::function<v
     Tokenizer tok(path);
     const RunPlan plan = plan_run(cfg, *model, tok, env.data_dir);
     std::ofstream os = open_records(plan, cfg, provenance(*model, tok));
-    Engine engine(*model, EngineOptions{cfg.chunk, parse_attention_kernel(cfg.attention)});
+    EngineOptions eo;
+    eo.chunk_size = cfg.chunk;
+    eo.attention = parse_attention_kernel(cfg.attention);
+    eo.cache_types = {parse_cache_type(cfg.cache_type_k), parse_cache_type(cfg.cache_type_v), cfg.kv_rotation};
+    Engine engine(*model, eo);
     Runner runner(cfg, engine, tok, plan, os, on_progress);
     runner.tick("starting");
     for (const Sample & s : plan.mine) runner.run_sample(s);

@@ -47,6 +47,8 @@ struct RunConfig {
     bool repack = true;             // ggml's repacked weight layouts where its CPU backend has them
     int chunk = 512;
     std::string attention = "kvlab";
+    std::string cache_type_k = "f16", cache_type_v = "f16";  // the KV row types (-ctk / -ctv)
+    bool kv_rotation = true;                                 // CacheTypes::rotate
     std::string out_dir = "kvlab-results";
     int shard = 0, n_shards = 1;
 

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "kvlab/error.h"
 #include "server/api_error.h"
 #include "server/openai.h"
 
 namespace kvlab::server {
 
-ContextRequest parse_context_request(const nlohmann::json & b) {
+ContextRequest parse_context_request(const nlohmann::json & b, CacheTypes default_types) {
     ContextRequest r;
     if (b.contains("messages")) {
         if (b.contains("text")) throw ApiError(400, "give 'text' or 'messages', not both", "messages");
@@ -77,6 +78,24 @@ ContextRequest parse_context_request(const nlohmann::json & b) {
             else
                 throw ApiError(400, "'params." + k + "' must be a string, number or boolean", "params");
         }
+    }
+    if (b.contains("cache_type_k") || b.contains("cache_type_v") || b.contains("kv_rotation")) {
+        CacheTypes t = default_types;
+        if (b.contains("kv_rotation") && !b["kv_rotation"].is_null()) {
+            if (!b["kv_rotation"].is_boolean()) throw ApiError(400, "'kv_rotation' must be a boolean", "kv_rotation");
+            t.rotate = b["kv_rotation"].get<bool>();
+        }
+        for (const char * key : {"cache_type_k", "cache_type_v"}) {
+            if (!b.contains(key) || b[key].is_null()) continue;
+            const std::string k = key;
+            if (!b[key].is_string()) throw ApiError(400, "'" + k + "' must be a string: f16, q8_0 or q4_0", k);
+            try {
+                (k == "cache_type_k" ? t.k : t.v) = parse_cache_type(b[key].get<std::string>());
+            } catch (const Error & e) {
+                throw ApiError(400, e.what(), k);
+            }
+        }
+        r.cache_types = t;
     }
     return r;
 }

@@ -13,7 +13,7 @@ namespace kvlab::server {
 namespace {
 
 void create_context(ServerState & s, const nlohmann::json & body, httplib::Response & res) {
-    const ContextRequest r = parse_context_request(body);
+    const ContextRequest r = parse_context_request(body, s.opts.engine.cache_types);
     size_t bytes = r.text.size();
     for (const ChatMessage & m : r.before) bytes += m.content.size();
     check_prompt_bytes(s, bytes, "text");
@@ -24,6 +24,7 @@ void create_context(ServerState & s, const nlohmann::json & body, httplib::Respo
     job.preset = r.preset;
     if (r.method != "none") job.params = apply_preset(r.preset, r.method, r.params);
     if (r.has_budget) job.budget = r.budget;
+    job.cache_types = r.cache_types;
     const auto lease = s.slots->acquire();  // tokenizing is work a slot bounds too
     try {
         job.tokens = context_tokens(s.tok, s.model, job);

@@ -22,7 +22,7 @@ MadeContext make_context(Engine & engine, const Tokenizer & tok, const ContextJo
     std::vector<MethodRequest> methods;
     if (compressing) methods.push_back({job.method, job.params});
     // validates the method and its parameters before any work
-    ContextSession session(engine, methods, SessionOptions{0, 0, &tok});
+    ContextSession session(engine, methods, SessionOptions{0, 0, &tok, job.cache_types});
     if (compressing && !job.budget) throw Error("context", "method " + job.method + " needs a ratio or a budget");
     std::vector<int32_t> tokens = job.tokens.empty() ? context_tokens(tok, engine.model(), job) : job.tokens;
     if (on_phase) on_phase("prefill", int64_t(tokens.size()));
@@ -42,8 +42,11 @@ MadeContext make_context(Engine & engine, const Tokenizer & tok, const ContextJo
         {"tokens", n},
         {"rows_kept", c.total_rows()},
         {"rows_full", rows_full},
+        {"cache_type_k", cache_type_name(c.types().k)},
+        {"cache_type_v", cache_type_name(c.types().v)},
         {"kv_bytes", c.used_bytes()},
         {"kv_bytes_full", uint64_t(rows_full) * c.row_bytes()},
+        {"kv_bytes_full_f16", uint64_t(rows_full) * 2 * cache_row_bytes(GGML_TYPE_F16, hp.head_dim)},
         {"achieved_ratio", achieved_ratio(c, n)},
         {"timings",
          {{"prefill_s", ps.seconds},

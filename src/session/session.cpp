@@ -41,7 +41,8 @@ void ContextSession::prefill(const std::vector<int32_t> & context) {
                                    std::to_string(opts_.max_query_tokens) + ") and answer (" +
                                    std::to_string(opts_.max_answer_tokens) + ") that exceeds the model's context of " +
                                    std::to_string(n_ctx) + " tokens");
-    auto base = std::make_unique<KvStore>(engine_.new_cache(L));
+    auto base =
+        std::make_unique<KvStore>(opts_.cache_types ? engine_.new_cache(L, *opts_.cache_types) : engine_.new_cache(L));
     // The methods score every layer's rows: sliding-window layers keep their whole context
     // until compress() (full() and compress() free what the windows no longer see).
     base->hold_all_rows(!presses_.empty());

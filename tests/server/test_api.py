@@ -154,6 +154,21 @@ class ContextsAndOpenAIClient(unittest.TestCase):
         self.assertEqual(buckets, sorted(buckets))  # cumulative
         self.assertEqual(buckets[-1], metric(text, "kvlab_time_to_first_token_seconds_count"))
 
+    def test_quantized_context(self):
+        """Q8_0 rows: the bytes the object reports are the types' own (34/64 of F16 per row of 32), they
+        survive the file, and the answer from them still finds the needle."""
+        st, q, _ = self.s.post("/v1/contexts", {"text": haystack(3000), "method": "snapkv", "ratio": 0.5,
+                                                "cache_type_k": "q8_0", "cache_type_v": "q8_0"})
+        self.assertEqual(st, 201, q)
+        self.assertEqual((q["cache_type_k"], q["cache_type_v"]), ("q8_0", "q8_0"))
+        self.assertEqual(self.ctx["cache_type_k"], "f16")
+        self.assertEqual(q["rows_kept"], self.ctx["rows_kept"])  # snapkv scores the same keys to within Q8_0
+        self.assertEqual(q["kv_bytes"] * 64, self.ctx["kv_bytes"] * 34)
+        self.assertEqual(q["kv_bytes_full_f16"], self.ctx["kv_bytes_full"])
+        r = self.chat(extra_body={"context": q["id"]})
+        self.assertIn("7431", r.choices[0].message.content)
+        self.assertEqual(self.s.delete("/v1/contexts/" + q["id"])[0], 200)
+
     def test_delete(self):
         """Makes its own context and deletes it: the class's context stays for the other tests."""
         st, c, _ = self.s.post("/v1/contexts", {"text": haystack(1200), "method": "none"})
@@ -206,6 +221,9 @@ class BadRequests(unittest.TestCase):
                 ("POST", "/v1/contexts", {"text": 3}, 400, "text"),
                 ("POST", "/v1/contexts", {"text": "x", "method": "zip"}, 400, "method"),  # named before its budget
                 ("POST", "/v1/contexts", {"text": "x", "name": "n" * 300}, 400, "name"),
+                ("POST", "/v1/contexts", {"text": "x", "cache_type_k": "q4_1"}, 400, "cache_type_k"),
+                ("POST", "/v1/contexts", {"text": "x", "cache_type_v": 8}, 400, "cache_type_v"),
+                ("POST", "/v1/contexts", {"text": "x", "kv_rotation": "yes"}, 400, "kv_rotation"),
                 ("GET", "/v1/nothing-here", None, 404, None),
                 ("GET", "/v1/contexts/" + "a" * 5000, None, 400, "id"),
                 ("GET", "/v1/contexts/" + "a" * 10000, None, 414, None),  # past cpp-httplib's 8 KiB request line
