@@ -38,6 +38,36 @@ private:
     int64_t n_ = 0;
 };
 
+// One layer's new K and V rows written into a quantized store (StoreAttention::write_quantized).
+struct RowWrite {
+    int32_t head_dim = 0, n_head_kv = 0;
+    int64_t n = 0;                   // new rows per segment
+    char * dst[2] = {};              // the layer's K and V tensor data
+    size_t row[2] = {};              // bytes of a K row and of a V row
+    ggml_from_float_t from[2] = {};  // the CPU backend's quantizers of the two types
+    int32_t rotation[2] = {};        // Hadamard sizes (0: none)
+    std::vector<int64_t> first;      // [n_head_kv] the row of each segment's first new row
+};
+
+// src[0] = K, src[1] = V: F32 [head_dim, n_head_kv, n]. Rows dealt to threads in turn.
+void op_write(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const RowWrite & w = *static_cast<const RowWrite *>(userdata);
+    thread_local std::vector<float> tmp;
+    tmp.resize(size_t(w.head_dim));
+    const int64_t per = int64_t(w.n_head_kv) * w.n;
+    for (int64_t u = ith; u < 2 * per; u += nth) {
+        const int kv = int(u / per);
+        const int h = int((u % per) / w.n);
+        const int64_t i = u % w.n;
+        const ggml_tensor * s = dst->src[kv];
+        const auto * x =
+            reinterpret_cast<const float *>(static_cast<const char *>(s->data) + i * s->nb[2] + h * s->nb[1]);
+        std::copy(x, x + w.head_dim, tmp.begin());
+        if (w.rotation[kv] > 0) hadamard_rows(tmp.data(), w.head_dim, w.rotation[kv]);
+        w.from[kv](tmp.data(), w.dst[kv] + size_t(w.first[size_t(h)] + i) * w.row[kv], w.head_dim);
+    }
+}
+
 // The attention of one evaluation over the KV store, as the AttentionFn the architecture
 // calls per layer: writes the layer's new K/V rows into its segments (right after the rows
 // held before the call, n_past), then attends with ggml's flash attention (a layer whose
@@ -68,12 +98,9 @@ public:
         }
         // rotated rows (CacheTypes::rotate): Q and K by H_kr, V by H_vr, the output back by H_vr
         const int32_t kr = cache_.types().k_rotation(hp_.head_dim), vr = cache_.types().v_rotation(hp_.head_dim);
-        if (kr > 0) {
-            q = hadamard(q, kr);
-            k = hadamard(k, kr);
-        }
-        if (vr > 0) v = hadamard(v, vr);
-        const std::vector<ggml_tensor *> writes = write_rows(il, k, v);
+        if (kr > 0) q = hadamard(q, kr);
+        const std::vector<ggml_tensor *> writes =
+            cache_.types().quantized() ? write_quantized(il, k, v, kr, vr) : write_rows(il, k, v);
         ggml_tensor * o = use_ggml_ && cache_.layer_uniform(il) ? flash(il, q) : kernel(il, q, writes);
         return vr > 0 ? hadamard(o, vr) : o;
     }
@@ -109,6 +136,35 @@ private:
         r = ggml_mul_mat(ctx_, h, r);
         ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
         return ggml_reshape_4d(ctx_, r, t->ne[0], t->ne[1], t->ne[2], t->ne[3]);
+    }
+
+    // The new rows of a quantized cache, every head's K and V in one node (a decode step's
+    // writes would otherwise be 2 x n_head_kv quantizing copies and two rotations per layer,
+    // each a barrier): each row rotated by the same butterflies ggml's CPU transform runs
+    // (hadamard_rows: the same operations per element, so the same bits), then quantized by
+    // the CPU backend's own from_float, as libllama's cache writes are.
+    std::vector<ggml_tensor *> write_quantized(int il, ggml_tensor * k, ggml_tensor * v, int32_t kr, int32_t vr) {
+        GGML_ASSERT(k->type == GGML_TYPE_F32 && v->type == GGML_TYPE_F32 && k->nb[0] == sizeof(float) &&
+                    v->nb[0] == sizeof(float));
+        auto w = std::make_unique<RowWrite>();
+        w->head_dim = hp_.head_dim;
+        w->n_head_kv = hp_.n_head_kv;
+        w->n = n();
+        w->dst[0] = static_cast<char *>(cache_.k(il)->data);
+        w->dst[1] = static_cast<char *>(cache_.v(il)->data);
+        w->row[0] = k_row_;
+        w->row[1] = v_row_;
+        w->from[0] = ggml_get_type_traits_cpu(cache_.types().k)->from_float;
+        w->from[1] = ggml_get_type_traits_cpu(cache_.types().v)->from_float;
+        w->rotation[0] = kr;
+        w->rotation[1] = vr;
+        for (int h = 0; h < hp_.n_head_kv; ++h) w->first.push_back(cache_.offset(il, h) + n_past_[il][h]);
+        ggml_tensor * args[2] = {k, v};
+        ggml_tensor * op =
+            ggml_custom_4d(ctx_, GGML_TYPE_F32, 1, 1, 1, 1, args, 2, op_write, GGML_N_TASKS_MAX, w.get());
+        writes_.push_back(std::move(w));
+        ggml_build_forward_expand(gf_, op);
+        return {op};
     }
 
     // The new rows go through ggml's copy, which rounds to F16 or quantizes each row with the
@@ -212,6 +268,7 @@ private:
     std::vector<const std::vector<int32_t> *> mask_pos_;                   // the position set of each mask
     std::vector<int32_t> mask_window_;                                     // and its window (0: causal only)
     std::vector<std::unique_ptr<kernels::attn::Problem>> problems_;
+    std::vector<std::unique_ptr<RowWrite>> writes_;
 };
 
 // Rows held per segment: [n_layer][n_head_kv].
