@@ -217,30 +217,27 @@ void row_to_f32(ggml_type t, const void * base, int64_t j, int d, float * y) {
 }
 
 #if defined(__AVX512F__)
-// Values [e0, e0 + 16) of row j (type t, head_dim d; e0 a multiple of 16) as floats,
-// bit-equal to row_to_f32's: the same exact products.
-inline __m512 load16(ggml_type t, const void * base, int64_t j, int d, int e0) {
+// Values [e0, e0 + 16) of a row (type t; e0 a multiple of 16) as floats, bit-equal to
+// row_to_f32's: the same exact products. Inline throughout (a decode converts every row).
+inline __m512 load16(ggml_type t, const uint8_t * row, int e0) {
     if (t == GGML_TYPE_F16)
-        return _mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(static_cast<const ggml_fp16_t *>(base) + j * d + e0)));
-    const auto * row = static_cast<const uint8_t *>(base) + size_t(j) * ggml_row_size(t, d);
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + size_t(e0) * 2)));
     const int blk = e0 / 32, half = (e0 % 32) / 16;
+    uint16_t dh;
     if (t == GGML_TYPE_Q8_0) {  // 2-byte F16 scale, 32 int8
         const uint8_t * b = row + size_t(blk) * 34;
-        ggml_fp16_t dh;
         std::memcpy(&dh, b, sizeof(dh));
         const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2 + 16 * half)));
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(ggml_fp16_to_fp32(dh)));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(_cvtsh_ss(dh)));
     }
     // Q4_0: 2-byte F16 scale, 16 bytes: value i < 16 in the low nibble of byte i, value 16 + i in its high one
     const uint8_t * b = row + size_t(blk) * 18;
-    ggml_fp16_t dh;
     std::memcpy(&dh, b, sizeof(dh));
     __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
     if (half) bytes = _mm_srli_epi16(bytes, 4);
     bytes = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
     const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(bytes), _mm512_set1_epi32(8));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(ggml_fp16_to_fp32(dh)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(_cvtsh_ss(dh)));
 }
 #endif
 
@@ -253,16 +250,19 @@ void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt
     int j0 = 0;
 #if defined(__AVX512F__)
     if (d % 16 == 0) {  // whole 16 x 16 tiles of K transposed in registers, V rows converted 16 wide
+        const size_t kr = ggml_row_size(sg.k_type, d), vr = ggml_row_size(sg.v_type, d);
+        const auto * kb = static_cast<const uint8_t *>(sg.k) + size_t(b) * kr;
+        const auto * vbase = static_cast<const uint8_t *>(sg.v) + size_t(b) * vr;
         for (; j0 + 16 <= nr; j0 += 16) {
             for (int e0 = 0; e0 < d; e0 += 16) {
                 __m512 r[16];
-                for (int i = 0; i < 16; ++i) r[i] = load16(sg.k_type, sg.k, b + j0 + i, d, e0);
+                for (int i = 0; i < 16; ++i) r[i] = load16(sg.k_type, kb + size_t(j0 + i) * kr, e0);
                 transpose16(r);
                 for (int e = 0; e < 16; ++e) _mm512_storeu_ps(kt + size_t(e0 + e) * k_block + j0, r[e]);
             }
             for (int j = j0; j < j0 + 16; ++j)
                 for (int e0 = 0; e0 < d; e0 += 16)
-                    _mm512_storeu_ps(vb + size_t(j) * dv * k_lanes + e0, load16(sg.v_type, sg.v, b + j, d, e0));
+                    _mm512_storeu_ps(vb + size_t(j) * dv * k_lanes + e0, load16(sg.v_type, vbase + size_t(j) * vr, e0));
         }
     }
 #endif
