@@ -4,6 +4,7 @@
 // reference reads the values ggml's dequantizers give).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -24,6 +25,12 @@ struct Types {
 
 struct Data {
     Types types;
+    // mixed precision: per KV head a demoted run of type low (empty: none), positions among the
+    // old rows' (all seen by every query)
+    ggml_type low = GGML_TYPE_COUNT;
+    std::vector<std::vector<uint8_t>> lk, lv;
+    std::vector<std::vector<float>> lkf, lvf;
+    std::vector<std::vector<int32_t>> lpos;
     std::vector<float> q;                    // [n_q][n_head][head_dim]
     std::vector<std::vector<uint8_t>> k, v;  // per KV head [rows] of its type
     std::vector<std::vector<float>> kf, vf;  // the same rows as ggml's dequantizer reads them
@@ -75,6 +82,31 @@ Data make_data(const Case & c, uint64_t seed, Types types = {}) {
     return d;
 }
 
+// Adds to d a demoted run of low[h] rows of type t per KV head, at positions no other row of
+// the head holds, below the queries'.
+void add_low_runs(Data & d, const Case & c, ggml_type t, const std::vector<int64_t> & low, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    d.low = t;
+    for (int h = 0; h < c.n_head_kv; ++h) {
+        std::vector<int32_t> p;
+        for (int32_t x = 0; x < d.q_pos[0] && int64_t(p.size()) < low[h]; ++x)
+            if (!std::binary_search(d.pos[h].begin(), d.pos[h].end(), x) && rng() % 3 != 0) p.push_back(x);
+        std::vector<float> kx(p.size() * size_t(c.head_dim)), vx(kx.size());
+        for (auto & x : kx) x = nd(rng);
+        for (auto & x : vx) x = nd(rng);
+        std::vector<uint8_t> k, v;
+        std::vector<float> kf, vf;
+        store(t, kx, int64_t(p.size()), c.head_dim, k, kf);
+        store(t, vx, int64_t(p.size()), c.head_dim, v, vf);
+        d.lk.push_back(std::move(k));
+        d.lv.push_back(std::move(v));
+        d.lkf.push_back(std::move(kf));
+        d.lvf.push_back(std::move(vf));
+        d.lpos.push_back(std::move(p));
+    }
+}
+
 std::vector<double> reference(const Case & c, const Data & d, float scale) {
     std::vector<double> out(size_t(c.n_q) * c.n_head * c.head_dim, 0.0);
     const int group = c.n_head / c.n_head_kv;
@@ -83,18 +115,25 @@ std::vector<double> reference(const Case & c, const Data & d, float scale) {
             const int h = qh / group;
             const float * q = d.q.data() + (size_t(i) * c.n_head + qh) * c.head_dim;
             std::vector<double> s;
+            std::vector<const float *> vs;  // the value row of each score
+            auto add = [&](const float * k, const float * v) {
+                double dot = 0;
+                for (int e = 0; e < c.head_dim; ++e) dot += double(q[e]) * k[e];
+                s.push_back(dot * scale);
+                vs.push_back(v);
+            };
             for (int64_t j = 0; j < c.rows[h]; ++j) {
                 if (d.pos[h][j] > d.q_pos[i]) break;
-                double dot = 0;
-                for (int e = 0; e < c.head_dim; ++e) dot += double(q[e]) * d.kf[h][j * c.head_dim + e];
-                s.push_back(dot * scale);
+                add(&d.kf[h][j * c.head_dim], &d.vf[h][j * c.head_dim]);
             }
+            for (size_t j = 0; h < int(d.lpos.size()) && j < d.lpos[h].size(); ++j)
+                add(&d.lkf[h][j * c.head_dim], &d.lvf[h][j * c.head_dim]);
             double m = -1e300, z = 0;
             for (double x : s) m = std::max(m, x);
             for (double & x : s) z += (x = std::exp(x - m));
             double * o = out.data() + (size_t(i) * c.n_head + qh) * c.head_dim;
             for (size_t j = 0; j < s.size(); ++j)
-                for (int e = 0; e < c.head_dim; ++e) o[e] += s[j] / z * d.vf[h][j * c.head_dim + e];
+                for (int e = 0; e < c.head_dim; ++e) o[e] += s[j] / z * vs[j][e];
         }
     return out;
 }
@@ -112,6 +151,8 @@ std::vector<float> run_kernel(const Case & c, const Data & d, float scale, int64
     p.chunk_rows = chunk_rows;
     for (int h = 0; h < c.n_head_kv; ++h)
         p.seg.push_back({d.k[h].data(), d.v[h].data(), d.types.k, d.types.v, d.pos[h].data(), c.rows[h]});
+    for (size_t h = 0; h < d.lpos.size(); ++h)
+        p.low.push_back({d.lk[h].data(), d.lv[h].data(), d.low, d.low, d.lpos[h].data(), int64_t(d.lpos[h].size())});
     std::vector<float> out(size_t(c.n_q) * c.n_head * c.head_dim);
     std::vector<float> part(size_t(p.n_chunks()) * c.n_q * c.n_head * (c.head_dim + 2));
     std::vector<float> pre;
@@ -177,6 +218,44 @@ TEST(Attention, QuantizedRowsMatchTheReference) {
             SCOPED_TRACE(std::string("K ") + ggml_type_name(t.k) + ", V " + ggml_type_name(t.v) + ", head_dim " +
                          std::to_string(c.head_dim) + ", " + std::to_string(c.n_q) + " queries");
             const Data d = make_data(c, seed++, t);
+            const float scale = 1.0f / std::sqrt(float(c.head_dim));
+            const auto ref = reference(c, d, scale);
+            const auto first = run_kernel(c, d, scale, 512, 1);
+            for (int64_t chunk_rows : {512, 64})
+                for (int nth : {1, 3}) {
+                    const auto got = run_kernel(c, d, scale, chunk_rows, nth);
+                    double max_err = 0;
+                    for (size_t i = 0; i < got.size(); ++i) max_err = std::max(max_err, std::abs(got[i] - ref[i]));
+                    EXPECT_LT(max_err, 2e-5) << "chunk rows " << chunk_rows << " threads " << nth;
+                    if (chunk_rows == 512) {
+                        EXPECT_EQ(got, first) << "threads " << nth;
+                    }
+                    if (kernels::attn::converts_ahead({.n_q = c.n_q, .chunk_rows = chunk_rows})) {
+                        EXPECT_EQ(run_kernel(c, d, scale, chunk_rows, nth, true), got) << "converted ahead";
+                    }
+                }
+        }
+}
+
+// Mixed precision: each KV head also holds a demoted run of Q8_0 or Q4_0 rows (its own
+// positions, interleaved with the others'), attended as chunks of their own before the head's rows.
+TEST(Attention, MixedRunsMatchTheReference) {
+    const std::vector<std::pair<Case, std::vector<int64_t>>> cases = {
+        {{1, 9, 3, 64, {300, 40, 700}}, {500, 0, 70}},          // decode; a head without demoted rows
+        {{70, 4, 4, 32, {200, 71, 150, 90}}, {90, 600, 3, 1}},  // a long query (converted ahead)
+        {{17, 14, 2, 128, {129, 64}}, {64, 1100}},              // GQA 7, head_dim 128
+    };
+    const std::vector<std::pair<Types, ggml_type>> types = {{{GGML_TYPE_F16, GGML_TYPE_F16}, GGML_TYPE_Q4_0},
+                                                            {{GGML_TYPE_F16, GGML_TYPE_F16}, GGML_TYPE_Q8_0},
+                                                            {{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0}, GGML_TYPE_Q4_0}};
+    uint64_t seed = 70;
+    for (const auto & [t, low] : types)
+        for (const auto & [c, lows] : cases) {
+            SCOPED_TRACE(std::string("K ") + ggml_type_name(t.k) + ", V " + ggml_type_name(t.v) + ", demoted " +
+                         ggml_type_name(low) + ", head_dim " + std::to_string(c.head_dim) + ", " +
+                         std::to_string(c.n_q) + " queries");
+            Data d = make_data(c, seed++, t);
+            add_low_runs(d, c, low, lows, seed++);
             const float scale = 1.0f / std::sqrt(float(c.head_dim));
             const auto ref = reference(c, d, scale);
             const auto first = run_kernel(c, d, scale, 512, 1);

@@ -846,6 +846,146 @@ TEST_F(KvStoreTest, QuantizedSlidingSegmentsSlideWholeUnits) {
     EXPECT_TRUE(layout_ok(s, be()));
 }
 
+// --- mixed precision ----------------------------------------------------------------------
+
+// What a row of the elements of (layer, head, position) reads back as after compact_mixed put it
+// in a run of type t, the store rotating by rot: rotated, stored as t by ggml's reference
+// quantizer (F16: rounded), dequantized, rotated back.
+std::vector<float> mixed_row(ggml_type t, int32_t rot, int il, int h, int32_t pos, int d, bool value) {
+    std::vector<float> x(static_cast<size_t>(d));
+    for (int e = 0; e < d; ++e) x[size_t(e)] = element(il, h, pos, e, value, 0);
+    if (rot > 0) hadamard_rows(x.data(), d, rot);
+    std::vector<uint8_t> raw(ggml_row_size(t, d));
+    ggml_quantize_chunk(t, x.data(), raw.data(), 0, 1, d, nullptr);
+    ggml_get_type_traits(t)->to_float(raw.data(), x.data(), d);
+    if (rot > 0) hadamard_rows(x.data(), d, rot);
+    return x;
+}
+
+// Both runs of every segment: positions as given, values as mixed_row() gives them, the byte
+// accounting of the two types, and no position held twice.
+::testing::AssertionResult mixed_ok(const KvStore & s, const Positions & high, const Positions & low) {
+    const int d = s.head_dim();
+    int64_t held = 0, held_low = 0;
+    for (int il = 0; il < s.n_layer(); ++il)
+        for (int h = 0; h < s.n_head_kv(); ++h) {
+            const auto & hp = s.positions(il, h);
+            const auto & lp = s.low_positions(il, h);
+            if (hp != high[size_t(il)][size_t(h)] || lp != low[size_t(il)][size_t(h)])
+                return ::testing::AssertionFailure() << "layer " << il << " head " << h << ": other positions";
+            if (s.rows_per_segment()[size_t(il)][size_t(h)] != int64_t(hp.size() + lp.size()))
+                return ::testing::AssertionFailure() << "rows_per_segment of layer " << il << " head " << h;
+            held += int64_t(hp.size());
+            held_low += int64_t(lp.size());
+            for (bool value : {false, true}) {
+                const int32_t rot = value ? s.types().v_rotation(d) : s.types().k_rotation(d);
+                const ggml_type t = value ? s.types().v : s.types().k;
+                std::vector<float> want, want_low;
+                for (int32_t p : hp) {
+                    const auto r = mixed_row(t, rot, il, h, p, d, value);
+                    want.insert(want.end(), r.begin(), r.end());
+                }
+                for (int32_t p : lp) {
+                    const auto r = mixed_row(s.types().low, rot, il, h, p, d, value);
+                    want_low.insert(want_low.end(), r.begin(), r.end());
+                }
+                if ((value ? s.read_v(il, h) : s.read_k(il, h)) != want)
+                    return ::testing::AssertionFailure() << "layer " << il << " head " << h << ": other "
+                                                         << (value ? "V" : "K") << " values at the cache type";
+                if (s.read_low(il, h, value) != want_low)
+                    return ::testing::AssertionFailure()
+                           << "layer " << il << " head " << h << ": other demoted " << (value ? "V" : "K") << " values";
+            }
+        }
+    if (s.total_rows() != held + held_low || s.total_low_rows() != held_low)
+        return ::testing::AssertionFailure() << "total_rows " << s.total_rows() << ", total_low_rows "
+                                             << s.total_low_rows() << "; held " << held << " + " << held_low;
+    const uint64_t used = uint64_t(held) * s.row_bytes() + uint64_t(held_low) * 2 * ggml_row_size(s.types().low, d);
+    if (s.used_bytes() != used)
+        return ::testing::AssertionFailure() << "used_bytes " << s.used_bytes() << ", want " << used;
+    if (s.bytes() < used) return ::testing::AssertionFailure() << "bytes below used_bytes";
+    return ::testing::AssertionSuccess();
+}
+
+// compact_mixed: the rows `high` stay at F16, the rows `low` go to Q8_0 / Q4_0 (rotated when the
+// store rotates: its F16 rows too), the others are freed; copy, reserve, commit, compact, truncate,
+// fit and restore keep both runs.
+TEST_F(KvStoreTest, MixedRowsKeepTheirValuesThroughEveryOperation) {
+    const HParams hp = shape(2, 3, 64);
+    for (const ggml_type low : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0})
+        for (const bool rotate : {true, false}) {
+            SCOPED_TRACE(std::string("demoted to ") + ggml_type_name(low) + (rotate ? ", rotated" : ""));
+            KvStore s(hp, be(), 12, CacheTypes{GGML_TYPE_F16, GGML_TYPE_F16, rotate});
+            s.commit(12);
+            write_all(s);
+            KeepPlan high(2), demote(2);
+            for (int il = 0; il < 2; ++il) {
+                high[size_t(il)] = {{0, 5, 11}, {}, range(1, 8)};
+                demote[size_t(il)] = {{1, 2, 3}, range(0, 6), {8, 9}};
+            }
+            s.compact_mixed(high, demote, low, 2);
+            EXPECT_EQ(s.types().low, low);
+            EXPECT_EQ(s.types().k_rotation(64), rotate ? 64 : 0);
+            Positions hi_pos = every(2, 3, {}), lo_pos = every(2, 3, {});
+            for (int il = 0; il < 2; ++il) {
+                hi_pos[size_t(il)] = {{0, 5, 11}, {}, range(1, 8)};
+                lo_pos[size_t(il)] = {{1, 2, 3}, range(0, 6), {8, 9}};
+            }
+            EXPECT_TRUE(mixed_ok(s, hi_pos, lo_pos));
+            EXPECT_FALSE(s.layer_uniform(0));
+            EXPECT_FALSE(s.uniform());
+            KvStore c = s.copy(4);
+            EXPECT_TRUE(mixed_ok(c, hi_pos, lo_pos));
+            s.reserve(20);  // grows
+            EXPECT_TRUE(mixed_ok(s, hi_pos, lo_pos));
+            s.commit(1);  // a new row is appended to the first run only
+            EXPECT_EQ(s.positions(0, 1), std::vector<int32_t>{12});
+            s.rollback(1);
+            KeepPlan keep(2);
+            for (int il = 0; il < 2; ++il) keep[size_t(il)] = {{0, 2}, {}, {0, 6}};
+            s.compact(keep, 1);  // the first run only; the demoted rows stay
+            for (int il = 0; il < 2; ++il) hi_pos[size_t(il)] = {{0, 11}, {}, {1, 7}};
+            EXPECT_TRUE(mixed_ok(s, hi_pos, lo_pos));
+            s.truncate(5, 1);  // both runs lose the positions from 5 on
+            for (int il = 0; il < 2; ++il) {
+                hi_pos[size_t(il)] = {{0}, {}, {1}};
+                lo_pos[size_t(il)] = {{1, 2, 3}, range(0, 5), {}};
+            }
+            EXPECT_TRUE(mixed_ok(s, hi_pos, lo_pos));
+            s.fit(0);
+            EXPECT_TRUE(mixed_ok(s, hi_pos, lo_pos));
+            // restored from the stored bytes of both runs
+            KvStore r = KvStore::restore(hp, be(), positions_of(s), s.next_pos(), 1, s.types(), lo_pos);
+            for (int il = 0; il < 2; ++il)
+                for (int h = 0; h < 3; ++h)
+                    for (bool value : {false, true})
+                        for (bool in_low : {false, true}) {
+                            std::vector<uint8_t> raw(size_t(in_low ? s.n_low(il, h) * int64_t(s.low_row_bytes())
+                                                                   : s.n_rows(il, h) * int64_t(s.k_row_bytes())));
+                            s.read_rows(il, h, value, raw.data(), in_low);
+                            r.write_rows(il, h, value, raw.data(), in_low);
+                        }
+            EXPECT_TRUE(mixed_ok(r, hi_pos, lo_pos));
+            EXPECT_THROW(s.compact_mixed(keep, keep, low == GGML_TYPE_Q8_0 ? GGML_TYPE_Q4_0 : GGML_TYPE_Q8_0, 0),
+                         Error);  // one demoted type per store
+        }
+}
+
+TEST_F(KvStoreTest, MixedCompactionRefusesOverlappingPlansAndKeepsTheStore) {
+    const HParams hp = shape(2, 3, 64);
+    KvStore s(hp, be(), 6);
+    s.commit(6);
+    write_all(s);
+    KeepPlan high(2, {{0, 1}, {2}, {}}), demote(2, {{1, 2}, {3}, {}});
+    EXPECT_THROW(s.compact_mixed(high, demote, GGML_TYPE_Q4_0, 0), Error);  // row 1 of head 0 in both
+    demote = KeepPlan(2, {{2, 7}, {3}, {}});
+    EXPECT_THROW(s.compact_mixed(high, demote, GGML_TYPE_Q4_0, 0), Error);                      // row 7 out of range
+    EXPECT_THROW(s.compact_mixed(high, KeepPlan(2, {{2}, {3}, {}}), GGML_TYPE_F16, 0), Error);  // not a lower type
+    EXPECT_FALSE(s.types().mixed());
+    EXPECT_TRUE(layout_ok(s, be()));
+    EXPECT_EQ(s.total_rows(), 2 * 3 * 6);
+}
+
 // The Walsh-Hadamard rotation against the matrix written out in double: H_n[i][j] =
 // (-1)^popcount(i & j) / sqrt(n); H H = I; and the sizes llama.cpp picks.
 TEST(Hadamard, MatchesTheMatrixAndIsItsOwnInverse) {

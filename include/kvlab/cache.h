@@ -8,6 +8,11 @@
 // a layer has the same capacity the tensor is a plain [head_dim, cap, n_head_kv] block.
 // Rows of a segment are always sorted by position. K and V each have a row type
 // (CacheTypes): F16, or ggml's Q8_0 / Q4_0 blocks (a row quantized when it is written).
+//
+// Mixed precision (docs/methods.md, "Mixed precision"): a compressed store may also hold
+// DEMOTED rows, K and V of a lower type (CacheTypes::low), in a second tensor per layer with
+// its own segments (il, h) and positions: a frozen run that compression made (new rows are
+// always appended to the first run, at the cache types). The attention reads both runs.
 #pragma once
 
 #include <cstdint>
@@ -30,12 +35,18 @@ namespace kvlab {
 // power of two (>= 64) dividing head_dim when K is quantized, V by the one of size 64 when V
 // is, and the attention's output by it again (H H = I). The products are unchanged while
 // outliers spread over a block, so quantization loses less.
+//
+// low: the type of demoted rows (K and V alike; Q8_0 or Q4_0), GGML_TYPE_COUNT when the store
+// holds none. Rotation is store-wide: K rows of both runs are rotated when K or low is
+// quantized, V rows when V or low is (the F16 rows of a mixed store are then rotated too).
 struct CacheTypes {
     ggml_type k = GGML_TYPE_F16;
     ggml_type v = GGML_TYPE_F16;
     bool rotate = true;
+    ggml_type low = GGML_TYPE_COUNT;
     bool operator==(const CacheTypes &) const = default;
     bool quantized() const { return k != GGML_TYPE_F16 || v != GGML_TYPE_F16; }
+    bool mixed() const { return low != GGML_TYPE_COUNT; }
     // The Hadamard sizes the rows of a head_dim take (0: not rotated).
     int32_t k_rotation(int32_t head_dim) const;
     int32_t v_rotation(int32_t head_dim) const;
@@ -51,6 +62,8 @@ uint64_t cache_row_bytes(ggml_type t, int32_t head_dim);
 
 // Kept row indices per layer and KV head: keep[il][h] = ascending row indices.
 using KeepPlan = std::vector<std::vector<std::vector<int32_t>>>;
+// Saved positions per layer and KV head (ascending).
+using SegmentPositions = std::vector<std::vector<std::vector<int32_t>>>;
 
 class KvStore {
 public:
@@ -67,9 +80,10 @@ public:
     // positions[il][h] (ascending, each below next_pos) plus room for `reserve` more; its
     // K/V data is undefined until write_rows() fills it. Throws kvlab::Error for a shape
     // that does not match hp or positions out of order.
-    static KvStore restore(const HParams & hp, ggml_backend * backend,
-                           std::vector<std::vector<std::vector<int32_t>>> positions, int32_t next_pos, int64_t reserve,
-                           CacheTypes types = {});
+    // A mixed store (types.low set) also gets its demoted rows' positions (low_positions,
+    // the same shape; their data written by write_rows(..., low = true)).
+    static KvStore restore(const HParams & hp, ggml_backend * backend, SegmentPositions positions, int32_t next_pos,
+                           int64_t reserve, CacheTypes types = {}, SegmentPositions low_positions = {});
 
     // A deep, independent copy: same rows and positions, and capacities with room for at
     // least `room` more rows per segment (answering from the copy then never regrows it).
@@ -81,13 +95,21 @@ public:
     const CacheTypes & types() const { return types_; }
     int64_t capacity(int il, int h) const { return layers_[il].cap[h]; }
     int64_t offset(int il, int h) const { return layers_[il].off[h]; }
+    // Rows of segment (il, h) at the cache types (the run new rows are appended to).
     int64_t n_rows(int il, int h) const { return int64_t(layers_[il].pos[h].size()); }
-    int64_t total_rows() const;                                  // held rows over all segments
-    std::vector<std::vector<int64_t>> rows_per_segment() const;  // [layer][head] held rows
+    int64_t total_rows() const;                                  // held rows over all segments, both runs
+    std::vector<std::vector<int64_t>> rows_per_segment() const;  // [layer][head] held rows, both runs
     // Original positions of the rows of (layer, head), ascending.
     const std::vector<int32_t> & positions(int il, int h) const { return layers_[il].pos[h]; }
+    // The demoted run of segment (il, h): rows, positions (ascending), first row in low_k/low_v(il).
+    int64_t n_low(int il, int h) const { return int64_t(layers_[il].pos_lo[h].size()); }
+    const std::vector<int32_t> & low_positions(int il, int h) const { return layers_[il].pos_lo[h]; }
+    int64_t low_offset(int il, int h) const { return layers_[il].off_lo[h]; }
+    int64_t total_low_rows() const;
+    ggml_tensor * low_k(int il) const { return layers_[il].k_lo; }  // types().low [head_dim, low rows of the layer]
+    ggml_tensor * low_v(int il) const { return layers_[il].v_lo; }
     // True when the heads of layer il hold the same positions in equal-capacity segments
-    // (the layer's attention can treat its heads as one block: the fast path).
+    // and no demoted rows (the layer's attention can treat its heads as one block: the fast path).
     bool layer_uniform(int il) const;
     // True when every segment of every layer holds the same positions.
     bool uniform() const;
@@ -131,7 +153,13 @@ public:
     // Keeps only the rows keep[il][h] (ascending, unique, in range) of every segment and
     // reallocates so that each segment holds exactly its kept rows plus `reserve` rows:
     // the memory of dropped rows is freed.
+    // Demoted rows stay as they are.
     void compact(const KeepPlan & keep, int64_t reserve);
+    // Mixed precision: keeps the rows `high` (at the cache types) and demotes the rows `low`
+    // (both ascending row indices of each segment, disjoint) to type `low_type`, freeing the
+    // others; rows are rotated as the new types require (CacheTypes::low). The store must not
+    // hold demoted rows yet, or hold them of the same type (they are kept).
+    void compact_mixed(const KeepPlan & high, const KeepPlan & low, ggml_type low_type, int64_t reserve);
     // Drops every row at position >= pos and continues at pos: the prompt a cache was
     // compressed with (a query-aware method's question) forgotten, its choice of rows kept.
     // Segments are reallocated to their rows plus `reserve`.
@@ -148,10 +176,14 @@ public:
     // Rows [row0, row0 + n) of segment (il, h)'s K as float32, [n][head_dim].
     std::vector<float> read_k(int il, int h, int64_t row0, int64_t n) const;
 
+    // The demoted rows of segment (il, h) as float32 [n_low][head_dim], K or V, rotated back.
+    std::vector<float> read_low(int il, int h, bool value) const;
+
     // The held rows of segment (il, h) in their stored form: K (value=false) or V,
-    // n_rows(il, h) x k_row_bytes() (or v_row_bytes()) bytes. write_rows() overwrites them.
-    void read_rows(int il, int h, bool value, void * dst) const;
-    void write_rows(int il, int h, bool value, const void * src);
+    // n_rows(il, h) x k_row_bytes() (or v_row_bytes()) bytes; low: the demoted run, n_low(il,
+    // h) x low_row_bytes(). write_rows() overwrites them.
+    void read_rows(int il, int h, bool value, void * dst, bool low = false) const;
+    void write_rows(int il, int h, bool value, const void * src, bool low = false);
 
     // Allocated bytes of the K/V buffers, and the bytes the held rows need.
     uint64_t bytes() const;
@@ -159,6 +191,7 @@ public:
     uint64_t row_bytes() const;  // K + V bytes of one row of one head
     uint64_t k_row_bytes() const;
     uint64_t v_row_bytes() const;
+    uint64_t low_row_bytes() const;  // K (= V) bytes of one demoted row (0 when none)
 
 private:
     struct Layer {
@@ -167,12 +200,28 @@ private:
         std::vector<int64_t> cap;               // [n_head_kv]
         std::vector<int64_t> off;               // [n_head_kv] first row of each segment
         std::vector<std::vector<int32_t>> pos;  // [n_head_kv][n_rows]
+        ggml_tensor * k_lo = nullptr;           // types_.low [head_dim, demoted rows of the layer] (mixed only)
+        ggml_tensor * v_lo = nullptr;
+        std::vector<int64_t> off_lo;               // [n_head_kv] first row of each demoted run
+        std::vector<std::vector<int32_t>> pos_lo;  // [n_head_kv][n_low]
     };
+    using Counts = std::vector<std::vector<int64_t>>;
     KvStore(const HParams & hp, ggml_backend * backend, CacheTypes types);
-    // An empty store of the same model, backend and types (what reallocation fills).
-    KvStore sibling(const std::vector<std::vector<int64_t>> & capacities) const;
-    void allocate(const std::vector<std::vector<int64_t>> & capacities);
-    std::vector<std::vector<int64_t>> capacities() const;
+    // An empty store of the same model, backend and types (what reallocation fills), with the
+    // same demoted runs (their rows copied by copy_low_to).
+    KvStore sibling(const Counts & capacities) const;
+    void allocate(const Counts & capacities, const Counts & low_counts);
+    Counts capacities() const;
+    Counts low_counts() const;
+    void copy_low_to(KvStore & out) const;
+    // The one reallocation behind compact, compact_mixed, truncate and fit: rows `high` of the
+    // first run stay, rows `demote` of it and `low_keep` of the demoted run form the new
+    // demoted run (of types.low), each segment gets `reserve` free rows.
+    void relayout(const KeepPlan & high, const KeepPlan & demote, const KeepPlan & low_keep, CacheTypes types,
+                  int64_t reserve);
+    // On sliding layers (unless every row is held): drops from keep the rows slide() would free,
+    // in its whole units, before a reallocation sizes the segments.
+    void drop_slid(KeepPlan & keep);
 
     HParams hp_;
     ggml_backend * backend_ = nullptr;  // the model's, not owned

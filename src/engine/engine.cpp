@@ -100,7 +100,7 @@ public:
         const int32_t kr = cache_.types().k_rotation(hp_.head_dim), vr = cache_.types().v_rotation(hp_.head_dim);
         if (kr > 0) q = hadamard(q, kr);
         const std::vector<ggml_tensor *> writes =
-            cache_.types().quantized() ? write_quantized(il, k, v, kr, vr) : write_rows(il, k, v);
+            cache_.types().quantized() || kr > 0 || vr > 0 ? write_quantized(il, k, v, kr, vr) : write_rows(il, k, v);
         ggml_tensor * o = use_ggml_ && cache_.layer_uniform(il) ? flash(il, q) : kernel(il, q, writes);
         return vr > 0 ? hadamard(o, vr) : o;
     }
@@ -138,7 +138,7 @@ private:
         return ggml_reshape_4d(ctx_, r, t->ne[0], t->ne[1], t->ne[2], t->ne[3]);
     }
 
-    // The new rows of a quantized cache, every head's K and V in one node (a decode step's
+    // The new rows of a quantized or rotated cache, every head's K and V in one node (a decode step's
     // writes would otherwise be 2 x n_head_kv quantizing copies and two rotations per layer,
     // each a barrier): each row rotated by the same butterflies ggml's CPU transform runs
     // (hadamard_rows: the same operations per element, so the same bits), then quantized by
@@ -246,6 +246,18 @@ private:
             sg.pos = cache_.positions(il, h).data();
             sg.n = cache_.n_rows(il, h);
             p->seg.push_back(sg);
+        }
+        if (cache_.types().mixed()) {  // the demoted runs
+            const size_t lr = cache_.low_row_bytes();
+            for (int h = 0; h < hp_.n_head_kv; ++h) {
+                kernels::attn::Segment sg;
+                sg.k = static_cast<const char *>(cache_.low_k(il)->data) + cache_.low_offset(il, h) * lr;
+                sg.v = static_cast<const char *>(cache_.low_v(il)->data) + cache_.low_offset(il, h) * lr;
+                sg.k_type = sg.v_type = cache_.types().low;
+                sg.pos = cache_.low_positions(il, h).data();
+                sg.n = cache_.n_low(il, h);
+                p->low.push_back(sg);
+            }
         }
         ggml_tensor * o = kernels::attn::build(ctx_, ggml_is_contiguous(q) ? q : ggml_cont(ctx_, q), p.get(), writes);
         problems_.push_back(std::move(p));

@@ -176,10 +176,11 @@ int64_t block_floats(int d) {  // one block converted: K^T [d][k_block], V [k_bl
     return int64_t(d) * k_block + int64_t(k_block) * dv * k_lanes;
 }
 
+// Blocks of a head's rows converted ahead: those of its demoted run's chunks, then its segment's.
 int64_t n_blocks(const Problem & p) {
     int64_t rows = 0;
     for (const Segment & sg : p.seg) rows = std::max(rows, sg.n);
-    return (rows + k_block - 1) / k_block;
+    return (int64_t(p.low_chunks()) * p.chunk_rows + rows + k_block - 1) / k_block;
 }
 
 #if defined(__AVX512F__)
@@ -298,13 +299,15 @@ int64_t converted_floats(const Problem & p) {
 void convert(const Problem & p, float * pre, int ith, int nth) {
     pre = aligned64(pre);
     const int64_t nb = n_blocks(p), bf = block_floats(p.head_dim);
+    const int64_t low_rows = int64_t(p.low_chunks()) * p.chunk_rows;
     std::vector<float> row(size_t(block_floats(p.head_dim)));
     for (int64_t u = ith; u < int64_t(p.n_head_kv) * nb; u += nth) {
         const int g = int(u / nb);
-        const int64_t blk = u % nb;
+        const int64_t r = (u % nb) * k_block;
+        const Segment & sg = r < low_rows ? p.low[g] : p.seg[g];
+        const int64_t b = r < low_rows ? r : r - low_rows;
         float * kt = pre + u * bf;
-        convert_block(p.seg[g], p.head_dim, blk * k_block, p.seg[g].n, kt, kt + int64_t(p.head_dim) * k_block,
-                      row.data());
+        convert_block(sg, p.head_dim, b, sg.n, kt, kt + int64_t(p.head_dim) * k_block, row.data());
     }
 }
 
@@ -334,10 +337,11 @@ std::pair<int64_t, int64_t> unit_range(const Problem & p, int ith, int nth) {
     for (int64_t tile = 0; tile < n_tiles; ++tile) {
         const int64_t i0 = tile * k_tile, i1 = std::min<int64_t>(p.n_q, i0 + k_tile);
         for (int32_t g = 0; g < p.n_head_kv; ++g) {
-            const auto [lo0, vis0] = seen(p.seg[g], p.q_pos[i0]);
-            const auto [lo1, vis1] = seen(p.seg[g], p.q_pos[i1 - 1]);
             for (int32_t c = 0; c < n_chunks; ++c, ++u) {
-                const int64_t c0 = c * p.chunk_rows, c1 = c0 + p.chunk_rows;
+                const auto [sg, cl] = p.chunk_run(g, c);
+                const auto [lo0, vis0] = seen(*sg, p.q_pos[i0]);
+                const auto [lo1, vis1] = seen(*sg, p.q_pos[i1 - 1]);
+                const int64_t c0 = cl * p.chunk_rows, c1 = c0 + p.chunk_rows;
                 auto in_chunk = [c0, c1](int64_t lo, int64_t vis) {
                     return double(std::max<int64_t>(0, std::min(vis, c1) - std::max(lo, c0)));
                 };
@@ -355,10 +359,22 @@ std::pair<int64_t, int64_t> unit_range(const Problem & p, int ith, int nth) {
 
 }  // namespace
 
+int32_t Problem::low_chunks() const {
+    int64_t rows = 0;
+    for (const Segment & sg : low) rows = std::max(rows, sg.n);
+    return int32_t((rows + chunk_rows - 1) / chunk_rows);
+}
+
 int32_t Problem::n_chunks() const {
     int64_t rows = 1;
     for (const Segment & sg : seg) rows = std::max(rows, sg.n);
-    return int32_t((rows + chunk_rows - 1) / chunk_rows);
+    return low_chunks() + int32_t((rows + chunk_rows - 1) / chunk_rows);
+}
+
+std::pair<const Segment *, int32_t> Problem::chunk_run(int32_t g, int32_t c) const {
+    const int32_t lc = low_chunks();
+    return c < lc ? std::pair<const Segment *, int32_t>(&low[g], c)
+                  : std::pair<const Segment *, int32_t>(&seg[g], c - lc);
 }
 
 // A work unit is (tile of query rows, KV head, chunk of key rows). Each 64-row block of
@@ -380,6 +396,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
     const int64_t chunk_stride = int64_t(p.n_q) * p.n_head * (d + 2);
     const int max_vecs = k_tile * group;
     const int64_t n_pre_blocks = pre ? n_blocks(p) : 0, pre_block = block_floats(d);
+    const int32_t low_chunks = p.low_chunks();
     if (pre) pre = aligned64(pre);
     KVLAB_ASSERT(!pre || p.chunk_rows % k_block == 0, "blocks converted ahead start at multiples of k_block");
 
@@ -401,9 +418,11 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
         const int32_t g = int32_t((u / n_chunks) % p.n_head_kv);
         const int64_t i0 = (u / (int64_t(n_chunks) * p.n_head_kv)) * k_tile;
         const int64_t i1 = std::min<int64_t>(p.n_q, i0 + k_tile);
-        const Segment & sg = p.seg[g];
-        const int64_t r0 = std::min(sg.n, c * p.chunk_rows);
-        int64_t r_end = r0, r_begin = std::min(sg.n, (c + 1) * p.chunk_rows);
+        const auto [run, cl] = p.chunk_run(g, c);  // the chunk's run (demoted or not) and its index there
+        const Segment & sg = *run;
+        const int64_t pre_base = c < low_chunks ? 0 : int64_t(low_chunks) * p.chunk_rows;  // run's first block row
+        const int64_t r0 = std::min(sg.n, cl * p.chunk_rows);
+        int64_t r_end = r0, r_begin = std::min(sg.n, (cl + 1) * p.chunk_rows);
         int nv = 0;  // query vectors of the unit: (row i, head qh) in row-major order
         for (int64_t i = i0; i < i1; ++i) {
             // the query's rows in this chunk: [start, lim) (a window drops the rows before start)
@@ -411,7 +430,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
             const int64_t lo =
                 p.window > 0 ? std::upper_bound(sg.pos, sg.pos + sg.n, p.q_pos[i] - p.window) - sg.pos : 0;
             const int64_t start = std::max(r0, lo);
-            const int64_t lim = std::max(start, std::min(vis, (c + 1) * p.chunk_rows));
+            const int64_t lim = std::max(start, std::min(vis, (cl + 1) * p.chunk_rows));
             r_end = std::max(r_end, lim);
             if (lim > start) r_begin = std::min(r_begin, start);
             for (int qh = g * group; qh < (g + 1) * group; ++qh, ++nv) {
@@ -432,7 +451,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
             const v16 * ktv = sc.kt.data();
             const v16 * vbv = sc.vb.data();
             if (pre) {
-                const float * blk = pre + (int64_t(g) * n_pre_blocks + b / k_block) * pre_block;
+                const float * blk = pre + (int64_t(g) * n_pre_blocks + (pre_base + b) / k_block) * pre_block;
                 ktv = reinterpret_cast<const v16 *>(blk);
                 vbv = reinterpret_cast<const v16 *>(blk + int64_t(d) * k_block);
             } else {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ggml.h"
@@ -41,12 +42,19 @@ struct Problem {
     // > 0: a sliding-window layer, a query at p sees only rows with p - window < pos <= p
     int32_t window = 0;
     std::vector<Segment> seg;  // [n_head_kv]
+    // Mixed precision: the demoted run of each KV head ([n_head_kv], or empty), rows of a lower
+    // type that the store never appends to. A head's chunks are those of its demoted run, then
+    // those of seg: appending to seg never moves a chunk boundary.
+    std::vector<Segment> low;
     // Rows are taken in fixed chunks of chunk_rows (chunk c = rows [c*chunk_rows, (c+1)*chunk_rows)),
     // each chunk's partial result merged in chunk order: the arithmetic of every output
     // depends on nothing but its own rows, never on the number of queries or threads, so
     // prefill in chunks of any size and decode give bit-identical attention.
     int64_t chunk_rows = 512;
-    int32_t n_chunks() const;  // over the longest segment
+    int32_t n_chunks() const;    // low_chunks() plus the chunks of the longest segment
+    int32_t low_chunks() const;  // the chunks of the longest demoted run (0: none)
+    // The run chunk c of head g reads and the chunk's index within that run.
+    std::pair<const Segment *, int32_t> chunk_run(int32_t g, int32_t c) const;
 };
 
 // Computes the partial results of the work units (query row, head, chunk) assigned to
