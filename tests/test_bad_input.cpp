@@ -265,7 +265,12 @@ TEST_F(BadInput, AskRefusesBadMethodsBudgetsAndContexts) {
     expect_cli_error(ask + "--method snapkvv --ratio 0.5", {"unknown method 'snapkvv'", "snapkv"});
     expect_cli_error(ask + "--method snapkv --ratio 0.5 --param windw=4", {"unknown parameter 'windw'", "window"});
     expect_cli_error(ask + "--method snapkv --ratio 1.5", {"ratio must lie in [0, 1)"});
-    expect_cli_error(ask + "--method snapkv", {"needs --ratio R or --budget B"});
+    expect_cli_error(ask + "--method snapkv",
+                     {"needs a budget: --ratio R, --budget B, --kv-bytes N or --bytes-ratio R"});
+    expect_cli_error(ask + "--method snapkv --bytes-ratio 0", {"bytes ratio", "must lie in (0, 1]"});
+    expect_cli_error(ask + "--method snapkv --kv-bytes 100", {"holds no row per segment"});
+    expect_cli_error(ask + "--method snapkv --ratio 0.5 --high-share 0.5", {"--high-share needs --demote TYPE"});
+    expect_cli_error(ask + "--demote q4_0", {"need --method"});
     // a NUL byte: a clear error; bytes that are not UTF-8: answered (the JSON output replaces them)
     const auto nul = write("nul.txt", std::string("some text \0 more text", 21));
     expect_cli_error("ask " + good_ + " --context-file " + nul + " -q what -n 2", {"NUL byte at offset 10"});

@@ -57,10 +57,14 @@ public:
         if (!a_.cache.empty()) return run_from_file();
         if (a_.context_file.empty()) throw Error("ask", "give the context: --context-file F or --cache FILE.kvc");
         const bool compressing = a_.method != "none";
-        if (!compressing && (a_.budget.given() || !a_.params.empty()))
-            throw Error("ask", "--ratio, --budget and --param need --method (see `kvlab methods`)");
+        if (!compressing && (a_.budget.any() || !a_.params.empty()))
+            throw Error("ask",
+                        "a budget (--ratio, --budget, --kv-bytes, --bytes-ratio, --demote) and --param need --method "
+                        "(see `kvlab "
+                        "methods`)");
         if (compressing && !a_.budget.given())
-            throw Error("ask", "--method " + a_.method + " needs --ratio R or --budget B");
+            throw Error("ask", "--method " + a_.method +
+                                   " needs a budget: --ratio R, --budget B, --kv-bytes N or --bytes-ratio R");
         l_ = load(a_.model, a_.kernels.options(a_.threads));
         if (compressing) {
             methods_ = {{a_.method, apply_preset(a_.preset, a_.method, parse_params(a_.params))}};
@@ -92,7 +96,7 @@ private:
 
     // Answers every question from the cache file: no prefill, no compression.
     int run_from_file() {
-        if (!a_.context_file.empty() || a_.method != "none" || a_.budget.given() || !a_.params.empty() ||
+        if (!a_.context_file.empty() || a_.method != "none" || a_.budget.any() || !a_.params.empty() ||
             !a_.preset.empty() || a_.query_aware || !a_.system.empty())
             throw Error("ask",
                         "--cache answers from the file as it was made: --context-file, --system, --method, "

@@ -26,10 +26,13 @@ struct CompressArgs {
 
 int run_compress(const CompressArgs & a) {
     const bool compressing = a.method != "none";
-    if (!compressing && (a.budget.given() || !a.params.empty()))
-        throw Error("compress", "--ratio, --budget and --param need --method (see `kvlab methods`)");
+    if (!compressing && (a.budget.any() || !a.params.empty()))
+        throw Error("compress",
+                    "a budget (--ratio, --budget, --kv-bytes, --bytes-ratio, --demote) and --param need --method (see "
+                    "`kvlab methods`)");
     if (compressing && !a.budget.given())
-        throw Error("compress", "--method " + a.method + " needs --ratio R or --budget B");
+        throw Error("compress",
+                    "--method " + a.method + " needs a budget: --ratio R, --budget B, --kv-bytes N or --bytes-ratio R");
     Loaded l = load(a.model, a.kernels.options(a.threads));
     ContextJob job;
     job.text = read_file(a.context_file);

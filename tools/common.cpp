@@ -132,8 +132,16 @@ Budget BudgetArgs::budget() const {
         b = Budget::from_tokens(tokens);
     else if (ratio >= 0.0)
         b = Budget::from_ratio(ratio);
+    else if (kv_bytes >= 0)
+        b = Budget::from_bytes(kv_bytes);
+    else if (bytes_ratio >= 0.0)
+        b = Budget::from_bytes_ratio(bytes_ratio);
     else
-        throw Error("cli", "a method needs --ratio R or --budget B");
+        throw Error("cli", "a method needs --ratio R, --budget B, --kv-bytes N or --bytes-ratio R");
+    if (!demote.empty() || high_share >= 0.0) {
+        if (demote.empty()) throw Error("cli", "--high-share needs --demote TYPE");
+        b.set_demotion(parse_cache_type(demote), high_share);
+    }
     b.sliding = sliding;
     return b;
 }
@@ -143,7 +151,23 @@ void add_budget_options(CLI::App * cmd, BudgetArgs & b) {
     g->add_option("--ratio", b.ratio, "compression ratio: fraction of the context's KV pairs removed, in [0, 1)")
         ->default_str("");
     g->add_option("--budget", b.tokens, "tokens kept per layer, observation window included")->default_str("");
+    g->add_option("--kv-bytes", b.kv_bytes,
+                  "K/V bytes the compressed cache's rows may hold (the method's ranking decides which rows stay, "
+                  "are demoted (--demote) or go)")
+        ->default_str("");
+    g->add_option("--bytes-ratio", b.bytes_ratio,
+                  "the same as a share in (0, 1] of the context's full cache at F16 (0.25: a quarter of its bytes)")
+        ->default_str("");
     g->require_option(0, 1);
+    cmd->add_option("--demote", b.demote,
+                    "keep the rows the budget would evict at this lower type instead (q8_0 or q4_0; mixed precision)")
+        ->check(CLI::IsMember({"q8_0", "q4_0"}));
+    cmd->add_option("--high-share", b.high_share,
+                    "with --demote and a byte budget: the share of its bytes held at the cache types (1: eviction "
+                    "only, 0: every kept row demoted; default: keep every row if the bytes allow, as many as fit at "
+                    "the cache types)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->default_str("");
     cmd->add_flag("--compress-sliding", b.sliding,
                   "models with sliding-window layers (gemma3): the method compresses those layers too, inside their "
                   "window (by default it compresses the global layers and each sliding layer keeps its window)");

@@ -65,13 +65,18 @@ CLI::Option * add_list_option(CLI::App * cmd, const std::string & name, std::vec
     return cmd->add_option(name, values, help + " (comma-separated)")->delimiter(',');
 }
 
-// --ratio R | --budget B (at most one).
+// --ratio R | --budget B | --kv-bytes N | --bytes-ratio R (at most one), --demote T, --high-share F.
 struct BudgetArgs {
     double ratio = -1.0;
     int64_t tokens = -1;
-    bool sliding = false;  // --compress-sliding
-    bool given() const { return ratio >= 0.0 || tokens >= 0; }
-    Budget budget() const;  // throws when neither was given
+    int64_t kv_bytes = -1;
+    double bytes_ratio = -1.0;
+    std::string demote;        // "" : rows are evicted
+    double high_share = -1.0;  // < 0: unset
+    bool sliding = false;      // --compress-sliding
+    bool given() const { return ratio >= 0.0 || tokens >= 0 || kv_bytes >= 0 || bytes_ratio >= 0.0; }
+    bool any() const { return given() || !demote.empty() || high_share >= 0.0; }  // a budget option at all
+    Budget budget() const;                                                        // throws when none was given
 };
 void add_budget_options(CLI::App * cmd, BudgetArgs & b);
 

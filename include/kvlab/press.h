@@ -27,20 +27,40 @@ namespace kvlab {
 struct Budget {
     double ratio = 0.0;
     int64_t tokens = -1;  // >= 0: use it instead of ratio
+    // A byte budget instead (docs/methods.md, "Mixed precision"): the K/V bytes the rows of the
+    // compressed cache hold, kv_bytes >= 0, or bytes_ratio > 0 of those of the context's full
+    // cache at F16. compress() turns it into row counts: the method's ranking decides which rows
+    // stay at the cache types, which are demoted and which are evicted.
+    int64_t kv_bytes = -1;
+    double bytes_ratio = -1.0;
+    // Demotion: the rows the budget would evict are kept at this type (q8_0 or q4_0) instead
+    // (GGML_TYPE_COUNT: evicted). With a byte budget, high_share is the share of the bytes held
+    // at the cache types (1: eviction only; 0: every row kept demoted; < 0, the default: every
+    // row kept if the bytes allow, as many of them at the cache types as fit, else every kept
+    // row demoted). With a ratio or token budget the method's rows stay and all others are demoted.
+    ggml_type demote = GGML_TYPE_COUNT;
+    double high_share = -1.0;
     // Models with sliding-window layers (Gemma 3): false, the method compresses the global
     // layers and each sliding layer keeps its window (the rows its next query sees); true,
     // the method's choice applies to the sliding layers too, inside their window.
     bool sliding = false;
     static Budget from_ratio(double r);
     static Budget from_tokens(int64_t b);
-    int64_t per_layer(int64_t L) const;  // B for a context of L rows
+    static Budget from_bytes(int64_t bytes);
+    static Budget from_bytes_ratio(double r);  // in (0, 1]
+    bool by_bytes() const { return kv_bytes >= 0 || bytes_ratio > 0.0; }
+    bool demotes() const { return demote != GGML_TYPE_COUNT; }
+    // Sets demote (q8_0 or q4_0) and high_share (in [0, 1], or < 0), checking them.
+    void set_demotion(ggml_type type, double share);
+    int64_t per_layer(int64_t L) const;  // B for a context of L rows (not for a byte budget)
     // The share of a context of L rows the budget keeps: B / L, or 1 - ratio (kvpress's 1 -
     // compression_ratio), in double.
     double keep_fraction(int64_t L) const;
     std::string describe() const;
-    // Its one JSON form, written and read everywhere: {"ratio": r} or {"tokens": B}, with
-    // "sliding": true when set. from_json also takes a bare number (a ratio) and checks the
-    // values as from_ratio / from_tokens do.
+    // Its one JSON form, written and read everywhere: {"ratio": r}, {"tokens": B}, {"kv_bytes":
+    // N} or {"bytes_ratio": R}, with "sliding": true when set and "demote": "q4_0" (and
+    // "high_share": F) when demoting. from_json also takes a bare number (a ratio) and checks
+    // the values as the from_ functions do.
     nlohmann::json to_json() const;
     static Budget from_json(const nlohmann::json & j);
 };
@@ -154,7 +174,11 @@ struct CompressStats {
     double apply_s = 0.0;                     // compaction of the store
     int64_t rows_before = 0, rows_after = 0;  // over all (layer, head) segments
     uint64_t bytes_before = 0, bytes_after = 0, used_before = 0, used_after = 0;
-    std::vector<std::vector<int64_t>> kept;  // [layer][head] rows kept
+    std::vector<std::vector<int64_t>> kept;  // [layer][head] rows kept (demoted ones included)
+    int64_t rows_demoted = 0;                // of rows_after, those held at the demoted type
+    // A byte budget: the bytes it allowed, the rows per compressed segment it gave at the cache
+    // types and in all (the rest demoted) before the method placed them
+    int64_t budget_bytes = -1, rows_high = -1, rows_total = -1;
     double seconds() const { return plan_s + observe_s + apply_s; }
     nlohmann::json to_json() const;
 };
