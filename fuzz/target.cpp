@@ -79,6 +79,7 @@ const Model & tiny_model() {
         test::TinySpec spec;
         spec.arch = "llama";
         spec.n_ctx_train = 256;
+        spec.head_dim = 32;  // whole Q8_0 / Q4_0 blocks: cache files of quantized and mixed rows
         const std::string path = scratch_dir() + "/tiny.gguf";
         test::write_tiny_gguf(spec, test::default_model_path(), path);
         return Model::load(path, {.n_threads = 1});

@@ -191,9 +191,11 @@ TEST_F(CacheFile, DamagedFilesAreRefusedByName) {
     spit(bad, std::vector<uint8_t>(400, 'x'));
     EXPECT_NE(load_error(bad, model()).find("not a kvlab cache file"), std::string::npos);
     b = bytes;
-    b[8] = 3;
+    b[8] = uint8_t(k_cache_file_version + 1);
     spit(bad, b);
-    EXPECT_NE(load_error(bad, model()).find("made by a newer kvlab (cache format version 3"), std::string::npos);
+    EXPECT_NE(load_error(bad, model())
+                  .find("made by a newer kvlab (cache format version " + std::to_string(k_cache_file_version + 1)),
+              std::string::npos);
     // tampered and re-signed: positions out of order, a token outside the vocabulary, rows
     // that do not add up, a META that is not JSON
     const auto section = [&](const std::string & id) {
@@ -293,6 +295,63 @@ TEST_F(CacheFile, QuantizedCachesRoundTrip) {
 
 // A version-1 file (F16 rows in a KVF6 section, no cache_types) still loads: made here from a
 // version-2 file of F16 rows by writing the old version number and section name.
+// Mixed precision (version 3): the demoted run of every segment (LSEG, LROW) round-trips with
+// its positions and bytes; a META whose demoted type disagrees with the rows, or that drops it,
+// is refused by name.
+TEST_F(CacheFile, MixedCachesRoundTrip) {
+    const std::string dir = test::temp_dir("kvc-mixed");
+    Engine engine(model());
+    ContextSession s(engine, {{"knorm", {}}}, SessionOptions{int64_t(query().size()), 0});
+    s.prefill(context());
+    Budget b = Budget::from_bytes_ratio(0.35);
+    b.set_demotion(GGML_TYPE_Q4_0, -1.0);
+    const PreparedCache p = s.compress(0, b);
+    ASSERT_GT(p.cache.total_low_rows(), 0);
+    ASSERT_GT(p.cache.total_rows(), p.cache.total_low_rows());
+    const std::string path = dir + "/m.kvc";
+    save_cache_file(path, model(), p.cache, {"text", context(), {}});
+    const LoadedCacheFile f = load_cache_file(path, model(), s.reserve());
+    EXPECT_EQ(f.cache.types(), p.cache.types());
+    EXPECT_EQ(f.meta["cache_types"]["low"], "q4_0");
+    EXPECT_EQ(f.meta["rows_demoted"].get<int64_t>(), p.cache.total_low_rows());
+    EXPECT_EQ(f.meta["kv_bytes"].get<uint64_t>(), p.cache.used_bytes());
+    for (int il = 0; il < p.cache.n_layer(); ++il)
+        for (int h = 0; h < p.cache.n_head_kv(); ++h) {
+            EXPECT_EQ(f.cache.positions(il, h), p.cache.positions(il, h));
+            EXPECT_EQ(f.cache.low_positions(il, h), p.cache.low_positions(il, h));
+            for (bool value : {false, true}) {
+                const size_t n = size_t(p.cache.n_low(il, h)) * p.cache.low_row_bytes();
+                std::vector<uint8_t> x(n), y(n);
+                p.cache.read_rows(il, h, value, x.data(), true);
+                f.cache.read_rows(il, h, value, y.data(), true);
+                EXPECT_EQ(x, y) << "demoted rows of layer " << il << " head " << h;
+                EXPECT_EQ(f.cache.read_k(il, h), p.cache.read_k(il, h));
+            }
+        }
+    const std::vector<int32_t> answer = {5, 9, 13};
+    EXPECT_EQ(s.teacher_forced(f.cache, query(), answer), s.teacher_forced(p.cache, query(), answer));
+    const auto edit_meta = [&](const std::string & from, const std::string & to) {
+        std::vector<uint8_t> bytes = slurp(path);
+        for (const Entry & e : entries(bytes))
+            if (e.id == "META") {
+                std::string meta(reinterpret_cast<const char *>(bytes.data() + e.offset), e.size);
+                const size_t at = meta.find(from);
+                EXPECT_NE(at, std::string::npos) << meta;
+                meta.replace(at, from.size(), to);
+                meta.resize(e.size, ' ');
+                std::memcpy(bytes.data() + e.offset, meta.data(), e.size);
+            }
+        resign(bytes);
+        spit(dir + "/bad.kvc", bytes);
+        return load_error(dir + "/bad.kvc", model());
+    };
+    std::string e = edit_meta("\"low\":\"q4_0\"", "\"low\":\"q8_0\"");
+    EXPECT_NE(e.find("corrupt LROW section"), std::string::npos) << e;
+    e = edit_meta(",\"low\":\"q4_0\"", "");
+    EXPECT_NE(e.find("demoted rows' sections"), std::string::npos) << e;
+    fs::remove_all(dir);
+}
+
 TEST_F(CacheFile, VersionOneFilesStillLoad) {
     const std::string dir = test::temp_dir("kvc-v1");
     const std::string v2 = dir + "/v2.kvc", v1 = dir + "/v1.kvc";

@@ -59,8 +59,9 @@ void one(const uint8_t * data, size_t size) {
 }
 
 // Cache files of the tiny model as kvlab compress writes them: the full cache, SnapKV at
-// ratio 0.5 and Ada-KV (heads of different lengths); each as is (first byte 0) and for
-// the forging mode (first byte 1).
+// ratio 0.5, Ada-KV (heads of different lengths), SnapKV over Q8_0 / Q4_0 rows, and SnapKV
+// within 30% of the F16 bytes demoting to Q4_0 (the demoted runs' sections); each as is (first
+// byte 0) and for the forging mode (first byte 1).
 void seeds(const std::string & dir) {
     const Model & model = tiny_model();
     const Tokenizer tok(model.path());
@@ -73,19 +74,34 @@ void seeds(const std::string & dir) {
           " In the evening the lamps were lit one by one along the water, and the town grew quiet."})
         text += s;
     const std::vector<int32_t> tokens = tok.encode(text, false);
+    Budget mixed = Budget::from_bytes_ratio(0.3);
+    mixed.set_demotion(GGML_TYPE_Q4_0, -1.0);
+    struct Seed {
+        const char *name, *method;
+        CacheTypes types;
+        Budget budget;
+    };
+    const std::vector<Seed> list = {
+        {"none", "none", {}, {}},
+        {"snapkv", "snapkv", {}, Budget::from_ratio(0.5)},
+        {"adakv", "adakv", {}, Budget::from_ratio(0.5)},
+        {"snapkv-q8_0-q4_0", "snapkv", {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, Budget::from_ratio(0.5)},
+        {"snapkv-mixed", "snapkv", {}, mixed},
+    };
     int i = 0;
-    for (const char * method : {"none", "snapkv", "adakv"}) {
+    for (const Seed & seed : list) {
+        const std::string method = seed.method;
         std::vector<MethodRequest> methods;
-        if (std::string(method) != "none") methods.push_back({method, {}});
-        ContextSession session(engine, methods, SessionOptions{0, 0, &tok});
+        if (method != "none") methods.push_back({method, {}});
+        ContextSession session(engine, methods, SessionOptions{0, 0, &tok, seed.types});
         session.prefill(tokens);
-        PreparedCache p = methods.empty() ? session.full() : session.compress(0, Budget::from_ratio(0.5));
+        PreparedCache p = methods.empty() ? session.full() : session.compress(0, seed.budget);
         const std::string path = dir + "/.tmp.kvc";
         std::filesystem::create_directories(dir);
         save_cache_file(path, model, p.cache, CacheFileContent{text, tokens, {{"method", method}}});
         const std::string bytes = read_file(path);
         std::filesystem::remove(path);
-        for (char mode : {'\0', '\1'}) write_seed(dir, std::to_string(i++) + "-" + method + ".kvc", mode + bytes);
+        for (char mode : {'\0', '\1'}) write_seed(dir, std::to_string(i++) + "-" + seed.name + ".kvc", mode + bytes);
     }
 }
 

@@ -6,14 +6,18 @@
 //   u8 sha256[32] of every byte above (the header's own checksum)
 //   sections, each at a 64-byte aligned offset:
 //     META  JSON: format, model {file, sha256, hparams_hash, hparams}, next_pos, rows,
-//           kv_bytes, cache_types {k, v (f16, q8_0, q4_0), rotate}, created_unix, kvlab {version,
-//           commit}, and the caller's "context" object (method, params, budget, timings, ...)
+//           kv_bytes, cache_types {k, v (f16, q8_0, q4_0), rotate, low (demoted rows)}, rows_demoted, created_unix,
+//           kvlab {version, commit}, and the caller's "context" object (method, params, budget, timings, ...)
 //     TEXT  the context's text as given (UTF-8; empty when it was given as token ids)
 //     TOKN  i32 [n_tokens] the context's token ids (n_tokens == next_pos)
 //     SEGS  per layer, per KV head: u32 n_rows, then i32 [n_rows] ascending positions
 //     ROWS  per layer, per KV head: K rows [n_rows] of cache_types.k (a row: head_dim values,
 //           ggml's block layout for q8_0 / q4_0), then V rows of cache_types.v
-// Version 1 files (no cache_types; KVF6 instead of ROWS, F16 rows) still load.
+//     LSEG  (version 3, a mixed-precision store: META cache_types.low set) the demoted runs'
+//           positions, laid out as SEGS
+//     LROW  their K and V rows of cache_types.low, laid out as ROWS
+// Version 1 files (no cache_types; KVF6 instead of ROWS, F16 rows) and version 2 files (no
+// demoted rows) still load.
 // Written atomically: a temporary file in the same folder, fsync, rename, fsync of the
 // folder; a crash at any point leaves the previous file intact. Read with one read() and
 // fully checked (header and section checksums, bounds, model identity) before any row is
@@ -32,7 +36,7 @@
 
 namespace kvlab {
 
-constexpr uint32_t k_cache_file_version = 2;
+constexpr uint32_t k_cache_file_version = 3;
 
 // What a cache file holds besides the rows.
 struct CacheFileContent {

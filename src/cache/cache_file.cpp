@@ -172,8 +172,10 @@ CacheTypes read_cache_types(const std::string & path, const nlohmann::json & met
     if (!t.is_object() || !t.contains("rotate") || !t["rotate"].is_boolean())
         throw file_error(path, "corrupt META section (no cache_types {k, v, rotate})");
     try {
-        return {parse_cache_type(string_field(t, "k")), parse_cache_type(string_field(t, "v")),
-                t["rotate"].get<bool>()};
+        CacheTypes c{parse_cache_type(string_field(t, "k")), parse_cache_type(string_field(t, "v")),
+                     t["rotate"].get<bool>()};
+        if (t.contains("low")) c.low = parse_cache_type(string_field(t, "low"));
+        return c;
     } catch (const Error & e) {
         throw file_error(path, std::string("corrupt META section: ") + e.what());
     }
@@ -215,6 +217,42 @@ std::vector<ChatMessage> context_before(const nlohmann::json & context) {
     return out;
 }
 
+namespace {
+
+// SEGS (or LSEG, low: the demoted runs): per layer, per KV head, u32 n then i32 [n] positions.
+std::vector<uint8_t> segments_bytes(const KvStore & cache, bool low) {
+    std::vector<uint8_t> segs;
+    for (int il = 0; il < cache.n_layer(); ++il)
+        for (int h = 0; h < cache.n_head_kv(); ++h) {
+            const auto & pos = low ? cache.low_positions(il, h) : cache.positions(il, h);
+            put<uint32_t>(segs, uint32_t(pos.size()));
+            for (int32_t p : pos) put<int32_t>(segs, p);
+        }
+    return segs;
+}
+
+SegmentPositions parse_segments(const std::string & path, const std::string & id, const uint8_t * p, uint64_t size,
+                                const HParams & hp, int64_t next_pos, uint64_t * total) {
+    SegmentPositions positions(size_t(hp.n_layer), std::vector<std::vector<int32_t>>(size_t(hp.n_head_kv)));
+    const uint8_t * const end = p + size;
+    for (auto & layer : positions)
+        for (auto & pos : layer) {
+            if (end - p < 4) throw file_error(path, "corrupt " + id + " section (too short)");
+            const uint32_t n = get<uint32_t>(p);
+            p += 4;
+            if (n > uint64_t(next_pos) || uint64_t(end - p) < uint64_t(n) * 4)
+                throw file_error(path, "corrupt " + id + " section (a segment of " + std::to_string(n) + " rows)");
+            pos.resize(n);
+            if (n > 0) std::memcpy(pos.data(), p, size_t(n) * 4);  // an empty segment has no data() to copy to
+            p += size_t(n) * 4;
+            *total += n;
+        }
+    if (p != end) throw file_error(path, "corrupt " + id + " section (trailing bytes)");
+    return positions;
+}
+
+}  // namespace
+
 uint64_t save_cache_file(const std::string & path, const Model & model, const KvStore & cache,
                          const CacheFileContent & content) {
     namespace fs = std::filesystem;
@@ -236,19 +274,16 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
          {{"k", cache_type_name(cache.types().k)},
           {"v", cache_type_name(cache.types().v)},
           {"rotate", cache.types().rotate}}},
+        {"rows_demoted", cache.total_low_rows()},
         {"created_unix", int64_t(std::time(nullptr))},
         {"kvlab", {{"version", kvlab_version()}, {"commit", kvlab_git_commit()}}},
         {"context", content.context},
     };
+    const bool mixed = cache.types().mixed();
+    if (mixed) meta["cache_types"]["low"] = cache_type_name(cache.types().low);
     const std::string meta_text = meta.dump(
         -1, ' ', false, nlohmann::json::error_handler_t::replace);  // text that is not UTF-8 is replaced, never fatal
-    std::vector<uint8_t> segs;
-    for (int il = 0; il < hp.n_layer; ++il)
-        for (int h = 0; h < hp.n_head_kv; ++h) {
-            const auto & pos = cache.positions(il, h);
-            put<uint32_t>(segs, uint32_t(pos.size()));
-            for (int32_t p : pos) put<int32_t>(segs, p);
-        }
+    const std::vector<uint8_t> segs = segments_bytes(cache, false);
 
     static std::atomic<uint64_t> counter{0};
     const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
@@ -263,7 +298,7 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
         }
     } cleanup{tmp, done};
 
-    const size_t n_sec = k_sections.size() + 1;
+    const size_t n_sec = k_sections.size() + (mixed ? 3 : 1);
     const uint64_t header = k_fixed + n_sec * k_entry + k_sha;
     std::vector<Section> table;
     uint64_t at = align_up(header);
@@ -276,20 +311,30 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
     write_section("TEXT", content.text.data(), content.text.size());
     write_section("TOKN", content.tokens.data(), content.tokens.size() * sizeof(int32_t));
     write_section("SEGS", segs.data(), segs.size());
-    {  // the rows, streamed segment by segment with a running checksum
+    // the rows, streamed segment by segment with a running checksum
+    const auto write_rows = [&](const std::string & id, bool low) {
         Sha256 sha;
         const uint64_t start = at;
         std::vector<uint8_t> rows;
         for (int il = 0; il < hp.n_layer; ++il)
             for (int h = 0; h < hp.n_head_kv; ++h)
                 for (bool value : {false, true}) {
-                    rows.resize(size_t(cache.n_rows(il, h)) * (value ? cache.v_row_bytes() : cache.k_row_bytes()));
-                    cache.read_rows(il, h, value, rows.data());
+                    rows.resize(low ? size_t(cache.n_low(il, h)) * cache.low_row_bytes()
+                                    : size_t(cache.n_rows(il, h)) *
+                                          (value ? cache.v_row_bytes() : cache.k_row_bytes()));
+                    cache.read_rows(il, h, value, rows.data(), low);
                     write_all(fd.fd, rows.data(), rows.size(), at, path);
                     sha.update(rows.data(), rows.size());
                     at += rows.size();
                 }
-        table.push_back({rows_section(k_cache_file_version), start, at - start, sha.hex()});
+        table.push_back({id, start, at - start, sha.hex()});
+        at = align_up(at);
+    };
+    write_rows(rows_section(k_cache_file_version), false);
+    if (mixed) {
+        const std::vector<uint8_t> low_segs = segments_bytes(cache, true);
+        write_section("LSEG", low_segs.data(), low_segs.size());
+        write_rows("LROW", true);
     }
     std::vector<uint8_t> head(k_magic, k_magic + sizeof(k_magic));
     put<uint32_t>(head, k_cache_file_version);
@@ -358,24 +403,8 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
     CacheFileContent content =
         read_content(path, meta, data("TEXT"), bytes("TEXT"), data("TOKN"), bytes("TOKN"), hp.n_vocab);
 
-    std::vector<std::vector<std::vector<int32_t>>> positions(size_t(hp.n_layer),
-                                                             std::vector<std::vector<int32_t>>(size_t(hp.n_head_kv)));
-    const uint8_t * p = data("SEGS");
-    const uint8_t * const end = p + bytes("SEGS");
-    uint64_t total_rows = 0;
-    for (auto & layer : positions)
-        for (auto & pos : layer) {
-            if (end - p < 4) throw file_error(path, "corrupt SEGS section (too short)");
-            const uint32_t n = get<uint32_t>(p);
-            p += 4;
-            if (n > uint64_t(next_pos) || uint64_t(end - p) < uint64_t(n) * 4)
-                throw file_error(path, "corrupt SEGS section (a segment of " + std::to_string(n) + " rows)");
-            pos.resize(n);
-            if (n > 0) std::memcpy(pos.data(), p, size_t(n) * 4);  // an empty segment has no data() to copy to
-            p += size_t(n) * 4;
-            total_rows += n;
-        }
-    if (p != end) throw file_error(path, "corrupt SEGS section (trailing bytes)");
+    uint64_t total_rows = 0, total_low = 0;
+    SegmentPositions positions = parse_segments(path, "SEGS", data("SEGS"), bytes("SEGS"), hp, next_pos, &total_rows);
     const CacheTypes types = version >= 2 ? read_cache_types(path, meta) : CacheTypes{};
     const uint64_t k_row = cache_row_bytes(types.k, hp.head_dim), v_row = cache_row_bytes(types.v, hp.head_dim);
     const std::string rows_id = rows_section(version);
@@ -383,12 +412,25 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
         throw file_error(path, "corrupt " + rows_id + " section (" + std::to_string(bytes(rows_id.c_str())) +
                                    " bytes for " + std::to_string(total_rows) + " rows of " + cache_type_name(types.k) +
                                    " K and " + cache_type_name(types.v) + " V)");
+    SegmentPositions low_positions;
+    const uint64_t low_row = types.mixed() ? cache_row_bytes(types.low, hp.head_dim) : 0;
+    if (types.mixed() != (secs.count("LSEG") > 0) || types.mixed() != (secs.count("LROW") > 0))
+        throw file_error(path, "corrupt header (demoted rows' sections LSEG and LROW " +
+                                   std::string(types.mixed() ? "missing" : "without a demoted type in META") + ")");
+    if (types.mixed()) {
+        low_positions = parse_segments(path, "LSEG", data("LSEG"), bytes("LSEG"), hp, next_pos, &total_low);
+        if (bytes("LROW") != total_low * 2 * low_row)
+            throw file_error(path, "corrupt LROW section (" + std::to_string(bytes("LROW")) + " bytes for " +
+                                       std::to_string(total_low) + " demoted rows of " + cache_type_name(types.low) +
+                                       ")");
+    }
     const double verify_s = now_seconds() - t0;
 
     t0 = now_seconds();
     KvStore cache = [&] {
         try {
-            return KvStore::restore(hp, model.backend(), std::move(positions), int32_t(next_pos), reserve, types);
+            return KvStore::restore(hp, model.backend(), std::move(positions), int32_t(next_pos), reserve, types,
+                                    std::move(low_positions));
         } catch (const Error & e) {
             throw file_error(path, std::string("corrupt SEGS section: ") + e.what());
         }
@@ -400,6 +442,15 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
                 cache.write_rows(il, h, value, rows);
                 rows += uint64_t(cache.n_rows(il, h)) * (value ? v_row : k_row);
             }
+    if (types.mixed()) {
+        rows = data("LROW");
+        for (int il = 0; il < hp.n_layer; ++il)
+            for (int h = 0; h < hp.n_head_kv; ++h)
+                for (bool value : {false, true}) {
+                    cache.write_rows(il, h, value, rows, true);
+                    rows += uint64_t(cache.n_low(il, h)) * low_row;
+                }
+    }
     const double build_s = now_seconds() - t0;
     return LoadedCacheFile{std::move(cache), std::move(content), std::move(meta), size, read_s, verify_s, build_s};
 }
