@@ -45,9 +45,11 @@ ContextRequest parse_context_request(const nlohmann::json & b, CacheTypes defaul
     }
     r.preset = b.contains("preset") && b["preset"].is_string() ? b["preset"].get<std::string>() : "";
     if (!r.preset.empty() && r.preset != "kvpress") throw ApiError(400, "'preset' can only be \"kvpress\"", "preset");
-    const bool ratio = b.contains("ratio") && !b["ratio"].is_null(),
-               tokens = b.contains("budget") && !b["budget"].is_null();
-    if (ratio && tokens) throw ApiError(400, "give 'ratio' or 'budget', not both", "budget");
+    const auto given = [&b](const char * key) { return b.contains(key) && !b[key].is_null(); };
+    const bool ratio = given("ratio"), tokens = given("budget"), kv_bytes = given("kv_bytes"),
+               bytes_ratio = given("bytes_ratio");
+    if (int(ratio) + int(tokens) + int(kv_bytes) + int(bytes_ratio) > 1)
+        throw ApiError(400, "give one of 'ratio', 'budget', 'kv_bytes' and 'bytes_ratio'", "budget");
     if (ratio) {
         if (!b["ratio"].is_number() || b["ratio"].get<double>() < 0.0 || b["ratio"].get<double>() >= 1.0)
             throw ApiError(400, "'ratio' must be a number in [0, 1)", "ratio");
@@ -60,14 +62,41 @@ ContextRequest parse_context_request(const nlohmann::json & b, CacheTypes defaul
         r.budget = Budget::from_tokens(b["budget"].get<int64_t>());
         r.has_budget = true;
     }
+    if (kv_bytes) {
+        if (!b["kv_bytes"].is_number_integer() || b["kv_bytes"].get<int64_t>() < 1)
+            throw ApiError(400, "'kv_bytes' must be a positive integer (K/V bytes the rows may hold)", "kv_bytes");
+        r.budget = Budget::from_bytes(b["kv_bytes"].get<int64_t>());
+        r.has_budget = true;
+    }
+    if (bytes_ratio) {
+        if (!b["bytes_ratio"].is_number() || !(b["bytes_ratio"].get<double>() > 0.0) ||
+            b["bytes_ratio"].get<double>() > 1.0)
+            throw ApiError(400, "'bytes_ratio' must be a number in (0, 1] (of the F16 full cache's bytes)",
+                           "bytes_ratio");
+        r.budget = Budget::from_bytes_ratio(b["bytes_ratio"].get<double>());
+        r.has_budget = true;
+    }
+    if (given("demote") || given("high_share")) {
+        if (!given("demote") || !b["demote"].is_string() || (b["demote"] != "q8_0" && b["demote"] != "q4_0"))
+            throw ApiError(400, "'demote' must be \"q8_0\" or \"q4_0\" (the type of the rows kept instead of evicted)",
+                           "demote");
+        if (given("high_share") && (!b["high_share"].is_number() || b["high_share"].get<double>() < 0.0 ||
+                                    b["high_share"].get<double>() > 1.0))
+            throw ApiError(400, "'high_share' must be a number in [0, 1]", "high_share");
+        r.budget.set_demotion(parse_cache_type(b["demote"].get<std::string>()),
+                              given("high_share") ? b["high_share"].get<double>() : -1.0);
+        r.demotes = true;
+    }
     if (b.contains("compress_sliding") && !b["compress_sliding"].is_null()) {
         if (!b["compress_sliding"].is_boolean())
             throw ApiError(400, "'compress_sliding' must be true or false", "compress_sliding");
         r.budget.sliding = b["compress_sliding"].get<bool>();  // sliding-window layers (gemma3) too
     }
     if (r.method != "none" && !r.has_budget)
-        throw ApiError(400, "method " + r.method + " needs 'ratio' or 'budget'", "ratio");
-    if (r.method == "none" && r.has_budget) throw ApiError(400, "'ratio' and 'budget' need a 'method'", "method");
+        throw ApiError(400, "method " + r.method + " needs 'ratio', 'budget', 'kv_bytes' or 'bytes_ratio'", "ratio");
+    if (r.method == "none" && (r.has_budget || r.demotes))
+        throw ApiError(400, "a budget ('ratio', 'budget', 'kv_bytes', 'bytes_ratio', 'demote') needs a 'method'",
+                       "method");
     if (b.contains("params") && !b["params"].is_null()) {
         if (!b["params"].is_object()) throw ApiError(400, "'params' must be an object", "params");
         for (const auto & [k, v] : b["params"].items()) {

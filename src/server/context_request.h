@@ -22,6 +22,7 @@ struct ContextRequest {
     std::vector<ChatMessage> before;
     ParamMap params;
     bool has_budget = false;
+    bool demotes = false;  // demote (and high_share) were given
     Budget budget;
     std::optional<CacheTypes> cache_types;  // cache_type_k / cache_type_v; unset: the server's
 };

@@ -23,7 +23,8 @@ MadeContext make_context(Engine & engine, const Tokenizer & tok, const ContextJo
     if (compressing) methods.push_back({job.method, job.params});
     // validates the method and its parameters before any work
     ContextSession session(engine, methods, SessionOptions{0, 0, &tok, job.cache_types});
-    if (compressing && !job.budget) throw Error("context", "method " + job.method + " needs a ratio or a budget");
+    if (compressing && !job.budget)
+        throw Error("context", "method " + job.method + " needs a ratio, a token budget or a byte budget");
     std::vector<int32_t> tokens = job.tokens.empty() ? context_tokens(tok, engine.model(), job) : job.tokens;
     if (on_phase) on_phase("prefill", int64_t(tokens.size()));
     session.prefill(tokens);
@@ -44,6 +45,8 @@ MadeContext make_context(Engine & engine, const Tokenizer & tok, const ContextJo
         {"rows_full", rows_full},
         {"cache_type_k", cache_type_name(c.types().k)},
         {"cache_type_v", cache_type_name(c.types().v)},
+        {"cache_type_low", c.types().mixed() ? nlohmann::json(cache_type_name(c.types().low)) : nlohmann::json()},
+        {"rows_demoted", c.total_low_rows()},
         {"kv_bytes", c.used_bytes()},
         {"kv_bytes_full", uint64_t(rows_full) * c.row_bytes()},
         {"kv_bytes_full_f16", uint64_t(rows_full) * 2 * cache_row_bytes(GGML_TYPE_F16, hp.head_dim)},
@@ -53,6 +56,7 @@ MadeContext make_context(Engine & engine, const Tokenizer & tok, const ContextJo
           {"prefill_tokens_per_s", ps.tokens_per_second()},
           {"compress_s", p.stats.seconds()}}},
     };
+    if (p.stats.budget_bytes >= 0) info["budget_bytes"] = p.stats.budget_bytes;
     return MadeContext{std::move(tokens), std::move(p), ps, std::move(info)};
 }
 

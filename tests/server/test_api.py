@@ -169,6 +169,22 @@ class ContextsAndOpenAIClient(unittest.TestCase):
         self.assertIn("7431", r.choices[0].message.content)
         self.assertEqual(self.s.delete("/v1/contexts/" + q["id"])[0], 200)
 
+    def test_byte_budget_context(self):
+        """A byte budget with demotion: the rows held fit in the quarter of the F16 full cache's bytes
+        asked for, most of them kept at Q4_0 instead of evicted, and the answer still finds the needle
+        (from the file too: the demoted rows survive it)."""
+        st, q, _ = self.s.post("/v1/contexts", {"text": haystack(3000), "method": "snapkv", "bytes_ratio": 0.25,
+                                                "demote": "q4_0"})
+        self.assertEqual(st, 201, q)
+        self.assertEqual(q["budget"], {"bytes_ratio": 0.25, "demote": "q4_0"})
+        self.assertEqual(q["cache_type_low"], "q4_0")
+        self.assertLessEqual(q["kv_bytes"], q["budget_bytes"])
+        self.assertEqual(q["budget_bytes"], q["kv_bytes_full_f16"] // 4)
+        self.assertGreater(q["rows_demoted"], q["rows_kept"] // 2)
+        r = self.chat(extra_body={"context": q["id"]})
+        self.assertIn("7431", r.choices[0].message.content)
+        self.assertEqual(self.s.delete("/v1/contexts/" + q["id"])[0], 200)
+
     def test_delete(self):
         """Makes its own context and deletes it: the class's context stays for the other tests."""
         st, c, _ = self.s.post("/v1/contexts", {"text": haystack(1200), "method": "none"})
@@ -217,6 +233,15 @@ class BadRequests(unittest.TestCase):
                 ("POST", "/v1/completions", {"prompt": 5}, 400, "prompt"),
                 ("POST", "/v1/contexts", {"text": "x", "method": "nosuch", "ratio": 0.5}, 400, None),
                 ("POST", "/v1/contexts", {"text": "x", "method": "snapkv", "ratio": 1.5}, 400, "ratio"),
+                ("POST", "/v1/contexts", {"text": "x", "method": "snapkv", "bytes_ratio": 0}, 400, "bytes_ratio"),
+                ("POST", "/v1/contexts", {"text": "x", "method": "snapkv", "kv_bytes": -5}, 400, "kv_bytes"),
+                ("POST", "/v1/contexts", {"text": "x", "method": "snapkv", "ratio": 0.5, "bytes_ratio": 0.5}, 400,
+                 "budget"),
+                ("POST", "/v1/contexts", {"text": "x", "method": "snapkv", "ratio": 0.5, "demote": "q5_0"}, 400,
+                 "demote"),
+                ("POST", "/v1/contexts", {"text": "x", "method": "snapkv", "bytes_ratio": 0.5, "demote": "q4_0",
+                                          "high_share": 2}, 400, "high_share"),
+                ("POST", "/v1/contexts", {"text": "x", "demote": "q4_0"}, 400, "method"),
                 ("POST", "/v1/contexts", {"text": "x", "method": "snapkv"}, 400, "ratio"),
                 ("POST", "/v1/contexts", {"text": 3}, 400, "text"),
                 ("POST", "/v1/contexts", {"text": "x", "method": "zip"}, 400, "method"),  # named before its budget
