@@ -53,7 +53,7 @@ protected:
         c.task.depths = {0.2, 0.8};
         c.haystack = {test::source_dir() + "/data/haystack/avg.txt", test::source_dir() + "/data/haystack/apple.txt"};
         c.methods = {{"snapkv", {{"window", "8"}}}, {"streaming_llm", {}}, {"adakv", {{"window", "8"}}}};
-        c.budgets = {{0.5, -1}, {-1.0, 64}};
+        c.budgets = {eval::BudgetConfig::ratio(0.5), eval::BudgetConfig::tokens(64)};
         c.max_tokens = 4;
         c.threads = 2;
         c.out_dir = out;
@@ -143,7 +143,7 @@ TEST_F(EvalRunner, QueryAwareCompressesContextAndQuestion) {
     c.tasks = {"niah"};
     c.task.depths = {0.5};
     c.methods = {{"snapkv", {{"window", "8"}}}};
-    c.budgets = {{0.5, -1}};
+    c.budgets = {eval::BudgetConfig::ratio(0.5)};
     c.query_aware = true;
     const auto rec = answers({eval::run(c, env(), nullptr)});
     ASSERT_EQ(rec.size(), 2u);  // the full cache and snapkv, one question
@@ -212,7 +212,7 @@ TEST_F(EvalRunner, MultiTurnCompressesWithTheFirstQuestionAndAnswersAllFromOneCa
     c.tasks = {"many_facts"};
     c.task.lengths = {400};
     c.methods = {{"snapkv", {{"window", "8"}}}, {"kvzip", {{"chunk", "128"}}}};
-    c.budgets = {{0.5, -1}};
+    c.budgets = {eval::BudgetConfig::ratio(0.5)};
     c.multi_turn = true;
     const auto rec = answers({eval::run(c, env(), nullptr)});
     ASSERT_EQ(rec.size(), 18u);  // six questions x (full, snapkv, kvzip), all from one prefill
@@ -237,6 +237,65 @@ TEST_F(EvalRunner, MultiTurnCompressesWithTheFirstQuestionAndAnswersAllFromOneCa
     EXPECT_TRUE(snapkv_differs) << "snapkv's window held the first question";
     const auto rows = eval::summarize(eval::read_records({*dir_ + "/multi/records-0-of-1.jsonl"}));
     for (const auto & r : rows) EXPECT_EQ(r.n_later, 5) << r.method;  // questions 2..6 of the one sample
+}
+
+// The memory axes: byte budgets with and without demotion, and a cache-type axis (one prefill
+// per entry; fidelity against the first entry's full cache). Every record carries its bytes as a
+// share of the F16 full cache, within its byte budget; the report names the best configuration
+// within each byte budget.
+TEST_F(EvalRunner, ByteBudgetsAndCacheTypesAreAxes) {
+    test::TinySpec spec;
+    spec.arch = "llama";
+    spec.n_layer = 2;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.n_embd = 128;
+    spec.head_dim = 64;  // whole Q8_0 / Q4_0 blocks, rotated
+    spec.weight_type = GGML_TYPE_Q8_0;
+    spec.seed = 6;
+    eval::RunConfig c = config(*dir_ + "/bytes");
+    c.model = test::write_tiny_gguf(spec, test::default_model_path(), *dir_ + "/tiny64.gguf");
+    c.tasks = {"niah"};
+    c.task.depths = {0.5};
+    c.methods = {{"snapkv", {{"window", "8"}}}, {"streaming_llm", {}}};
+    Budget demote = Budget::from_bytes_ratio(0.25);
+    demote.set_demotion(GGML_TYPE_Q4_0, -1.0);
+    c.budgets = {{Budget::from_bytes_ratio(0.25)}, {demote}};
+    c.cache_types = {"f16", "q8_0"};
+    const eval::RunConfig back = eval::RunConfig::from_json(c.to_json());
+    EXPECT_EQ(back.cache_types, c.cache_types);
+    ASSERT_EQ(back.budgets.size(), 2u);
+    EXPECT_EQ(back.budgets[1].label(), "bytes 0.25 demote q4_0");
+    const auto rec = answers({eval::run(c, env(), nullptr)});
+    std::map<std::string, int> labels;
+    for (const auto & [k, r] : rec) {
+        const std::string label = r["budget_label"].get<std::string>();
+        ++labels[r["method"].get<std::string>() + " " + label];
+        const bool q8 = label.find("kv q8_0") != std::string::npos;
+        EXPECT_EQ(r["cache_type_k"], q8 ? "q8_0" : "f16") << k;
+        EXPECT_EQ(r["cache_types"], q8 ? "q8_0" : "f16") << k;
+        const double bytes = r["kv_bytes_ratio"].get<double>();
+        if (r["method"] == "none") {
+            EXPECT_EQ(bytes, q8 ? 34.0 / 64.0 : 1.0) << k;
+            EXPECT_EQ(r["policy"], q8 ? "q8_0 full" : "f16 full") << k;
+            if (q8) EXPECT_GT(r["fidelity"]["n_positions"].get<int64_t>(), 0) << k;
+            continue;
+        }
+        EXPECT_EQ(r["budget_bytes_ratio"].get<double>(), 0.25) << k;
+        EXPECT_LE(bytes, 0.25) << k;
+        EXPECT_GT(bytes, 0.2) << k;
+        const bool demoted = label.find("demote") != std::string::npos;
+        EXPECT_EQ(r["rows_demoted"].get<int64_t>() > 0, demoted) << k;
+        EXPECT_EQ(r["policy"], std::string(q8 ? "q8_0" : "f16") + (demoted ? " demote q4_0" : " evict")) << k;
+    }
+    EXPECT_EQ(labels.size(), 10u);  // per cache type: the full cache and 2 methods x 2 budgets
+    for (const auto & [l, n] : labels) EXPECT_EQ(n, labels["none full"]) << l;
+    std::vector<nlohmann::json> recs;
+    for (const auto & [k, r] : rec) recs.push_back(r);
+    const auto rows = eval::summarize(recs);
+    const std::string best = eval::best_per_bytes(rows);
+    EXPECT_NE(best.find("best within 25.0% of the F16 full cache's bytes: "), std::string::npos) << best;
+    EXPECT_NE(eval::svg_score_vs_bytes(rows).find("snapkv \u00b7 f16 demote q4_0"), std::string::npos);
 }
 
 }  // namespace

@@ -6,8 +6,14 @@
 //     and 0.75 against the full cache;
 //  2. query-aware SnapKV in the multi-turn setting: compressed with each sample's first
 //     question in its window, then every question answered from that cache (rows
-//     "snapkv (multi-turn)"; on the one-question needle tasks it is plain query-aware SnapKV).
-// Prints the table and the best method at each ratio; writes the records and the report.
+//     "snapkv (multi-turn)"; on the one-question needle tasks it is plain query-aware SnapKV);
+//  3. memory at equal bytes: the full caches at F16, Q8_0 and Q4_0 (reference points) and KVzip
+//     within 25% and 12.5% of the F16 full cache's bytes, evicting at each of the three cache
+//     types or keeping at Q4_0 the rows it would evict (cut to one method to stay within 10
+//     minutes on 2 cores; `kvlab eval --methods ... --bytes-ratios ... --demote ... --cache-types
+//     ...` runs any other).
+// Prints the table, the best method at each ratio and the best configuration within each byte
+// budget; writes the records and the report.
 #include <cstdio>
 #include <filesystem>
 
@@ -24,10 +30,10 @@ eval::RunConfig demo_config() {
     c.task.lengths = {1024};
     c.task.depths = {0.1, 0.5, 0.9};
     c.task.n_samples = 2;
-    for (const char * m : {"streaming_llm", "snapkv", "pyramidkv", "h2o", "tova", "knorm", "adakv",
-                           "expected_attention", "kvzip"})
+    for (const char * m :
+         {"streaming_llm", "snapkv", "pyramidkv", "h2o", "tova", "knorm", "adakv", "expected_attention", "kvzip"})
         c.methods.push_back({m, {}});
-    for (double r : {0.5, 0.75}) c.budgets.push_back({r, -1});
+    for (double r : {0.5, 0.75}) c.budgets.push_back(eval::BudgetConfig::ratio(r));
     c.max_tokens = 32;
     c.out_dir = "kvlab-demo";
     return c;
@@ -41,9 +47,23 @@ int run_demo(const eval::RunConfig & c) {
     qa.out_dir = (std::filesystem::path(c.out_dir) / "multi-turn").string();
     std::fprintf(stderr, "[demo] query-aware SnapKV, the first question in its window (multi-turn)\n");
     run_eval(qa, false);
+    eval::RunConfig bytes = c;
+    bytes.methods = {{"kvzip", {}}};
+    bytes.budgets.clear();
+    for (const char * demote : {"", "q4_0"})
+        for (double r : {0.25, 0.125}) {
+            Budget b = Budget::from_bytes_ratio(r);
+            if (*demote) b.set_demotion(parse_cache_type(demote), -1.0);
+            bytes.budgets.push_back({b});
+        }
+    bytes.cache_types = {"f16", "q8_0", "q4_0"};
+    bytes.out_dir = (std::filesystem::path(c.out_dir) / "bytes").string();
+    std::fprintf(stderr, "[demo] memory at equal bytes: KVzip evicting at F16, Q8_0 or Q4_0, or demoting to Q4_0\n");
+    run_eval(bytes, false);
     if (c.n_shards == 1)
         write_report({(std::filesystem::path(c.out_dir) / "records-0-of-1.jsonl").string(),
-                      (std::filesystem::path(qa.out_dir) / "records-0-of-1.jsonl").string()},
+                      (std::filesystem::path(qa.out_dir) / "records-0-of-1.jsonl").string(),
+                      (std::filesystem::path(bytes.out_dir) / "records-0-of-1.jsonl").string()},
                      c.out_dir, true);
     return 0;
 }
@@ -52,8 +72,9 @@ const CommandRegistrar reg("demo", [](CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand(
         "demo",
         "The main job: 9 methods (kvzip among them) x 2 ratios vs the full cache on needle tasks and a "
-        "many-questions task, plus query-aware SnapKV in the multi-turn setting; default model, bundled essays; "
-        "prints the table and the best method per ratio, writes the report");
+        "many-questions task, query-aware SnapKV in the multi-turn setting, and KVzip at equal bytes (25% and 12.5% "
+        "of the F16 full cache: evicting at F16, Q8_0 or Q4_0, or demoting to Q4_0); default model, bundled essays; "
+        "prints the table, the best method per ratio and per byte budget, writes the report");
     auto a = std::make_shared<EvalArgs>();
     a->flags = demo_config();
     add_model_arg(cmd, a->model, false)->default_str(a->flags.model);

@@ -80,11 +80,14 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
              c.methods.clear();
              for (const std::string & m : a->methods) c.methods.push_back({m, {}});
          });
-    std::string ratios_default, budgets_default;
-    for (const auto & b : f.budgets) {
-        std::string & d = b.tokens >= 0 ? budgets_default : ratios_default;
+    std::string ratios_default, budgets_default, bytes_default;
+    for (const auto & bc : f.budgets) {
+        const Budget & b = bc.b;
+        std::string & d = b.bytes_ratio > 0.0 ? bytes_default : b.tokens >= 0 ? budgets_default : ratios_default;
         std::ostringstream v;
-        if (b.tokens >= 0)
+        if (b.bytes_ratio > 0.0)
+            v << b.bytes_ratio;
+        else if (b.tokens >= 0)
             v << b.tokens;
         else
             v << b.ratio;
@@ -94,17 +97,44 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
         add_list_option(cmd, "--ratios", a->ratios, "compression ratios")->default_str(ratios_default);
     CLI::Option * budgets =
         add_list_option(cmd, "--budgets", a->budgets, "token budgets per layer")->default_str(budgets_default);
-    auto set_budgets = [a, ratios, budgets](eval::RunConfig & c) {
+    CLI::Option * bytes = add_list_option(cmd, "--bytes-ratios", a->bytes_ratios,
+                                          "byte budgets: shares in (0, 1] of the context's full cache at F16")
+                              ->default_str(bytes_default);
+    CLI::Option * demote =
+        add_list_option(cmd, "--demote", a->demote,
+                        "each budget once per entry: none (evict) or the type the rows it would evict are kept at "
+                        "(q8_0, q4_0; mixed precision)")
+            ->default_str("none");
+    // every budget given (or the experiment's), once per --demote entry
+    auto set_budgets = [a, ratios, budgets, bytes, demote](eval::RunConfig & c) {
+        std::vector<Budget> base;
+        if (ratios->count() || budgets->count() || bytes->count()) {
+            if (ratios->count())
+                for (double r : a->ratios) base.push_back(Budget::from_ratio(r));
+            if (budgets->count())
+                for (int64_t b : a->budgets) base.push_back(Budget::from_tokens(b));
+            if (bytes->count())
+                for (double r : a->bytes_ratios) base.push_back(Budget::from_bytes_ratio(r));
+        } else {
+            for (const auto & b : c.budgets) base.push_back(b.b);
+        }
+        const std::vector<std::string> demotes = demote->count() ? a->demote : std::vector<std::string>{""};
         c.budgets.clear();
-        if (ratios->count())
-            for (double r : a->ratios) c.budgets.push_back({r, -1});
-        if (budgets->count())
-            for (int64_t b : a->budgets) c.budgets.push_back({-1.0, b});
+        for (const std::string & d : demotes)
+            for (Budget b : base) {
+                if (!d.empty() && d != "none") b.set_demotion(parse_cache_type(d), -1.0);
+                c.budgets.push_back({b});
+            }
     };
-    over(ratios, set_budgets);
-    over(budgets, [ratios, set_budgets](eval::RunConfig & c) {
-        if (!ratios->count()) set_budgets(c);  // together they are applied once
-    });
+    for (CLI::Option * o : {ratios, budgets, bytes, demote})
+        over(o, [ratios, budgets, bytes, o, set_budgets](eval::RunConfig & c) {
+            for (CLI::Option * first : {ratios, budgets, bytes})  // together they are applied once
+                if (first->count()) {
+                    if (first == o) set_budgets(c);
+                    return;
+                }
+            set_budgets(c);  // --demote alone: over the experiment's budgets
+        });
     add_param_option(cmd, a->params, true);
     over(add_preset_option(cmd, f.preset), [a](eval::RunConfig & c) { c.preset = a->flags.preset; });
     over(cmd->add_flag("--query-aware", a->query_aware, "append each question to the context before compressing"),
@@ -125,6 +155,14 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
     over(cmd->get_option("--cache-type-k"), [a](eval::RunConfig & c) { c.cache_type_k = a->engine.cache_type_k; });
     over(cmd->get_option("--cache-type-v"), [a](eval::RunConfig & c) { c.cache_type_v = a->engine.cache_type_v; });
     over(cmd->get_option("--no-kv-rotation"), [](eval::RunConfig & c) { c.kv_rotation = false; });
+    over(add_list_option(cmd, "--cache-types", a->cache_types,
+                         "the cache-type axis: each context prefilled once per entry (f16, q8_0, q4_0, or K/V as "
+                         "q8_0/q4_0), its full cache and every method x budget; fidelity against the first entry's "
+                         "full cache"),
+         [a](eval::RunConfig & c) {
+             for (const std::string & t : a->cache_types) eval::parse_types(t);
+             c.cache_types = a->cache_types;
+         });
     over(cmd->add_option("-o,--out", f.out_dir, "output directory (records, report)"),
          [a](eval::RunConfig & c) { c.out_dir = a->flags.out_dir; });
     over(cmd->add_option("--shard", a->shard, "run shard i of N (i/N): sample k goes to shard k mod N"),
@@ -180,11 +218,13 @@ void write_report(const std::vector<std::string> & files, const std::string & di
         os << text;
         if (!os.flush()) throw Error("report", "cannot write " + p.string());
     };
-    const std::string md = eval::markdown_table(rows) + "\n" + eval::best_per_ratio(rows);
+    const std::string md = eval::markdown_table(rows) + "\n" + eval::best_per_ratio(rows) + eval::best_per_bytes(rows);
     put("summary.md", md);
     put("score_vs_ratio.svg", eval::svg_score_vs_ratio(rows));
     put("kl_vs_ratio.svg", eval::svg_kl_vs_ratio(rows));
     put("memory_vs_ttft.svg", eval::svg_memory_vs_ttft(rows));
+    put("score_vs_bytes.svg", eval::svg_score_vs_bytes(rows));
+    put("kl_vs_bytes.svg", eval::svg_kl_vs_bytes(rows));
     put("report.html", eval::html_report(rows, header));
     if (print) std::printf("%s\n", md.c_str());
     std::fprintf(stderr, "[report] %zu answers from %zu file(s): %s/{summary.md, report.html, *.svg}\n", answers.size(),

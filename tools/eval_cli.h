@@ -18,6 +18,8 @@ struct EvalArgs {
     std::vector<std::string> methods, params;
     std::vector<double> ratios;
     std::vector<int64_t> budgets;
+    std::vector<double> bytes_ratios;
+    std::vector<std::string> demote, cache_types;
     std::string shard;
     KernelArgs kernels;  // --products, --no-repack
     EngineArgs engine;   // --chunk, --attention, -ctk, -ctv

@@ -13,15 +13,34 @@ namespace kvlab::eval {
 
 std::string BudgetConfig::label() const {
     std::ostringstream o;
-    if (tokens >= 0)
-        o << "budget " << tokens;
+    if (b.kv_bytes >= 0)
+        o << "kv_bytes " << b.kv_bytes;
+    else if (b.bytes_ratio > 0.0)
+        o << "bytes " << b.bytes_ratio;
+    else if (b.tokens >= 0)
+        o << "budget " << b.tokens;
     else
-        o << "ratio " << ratio;
+        o << "ratio " << b.ratio;
+    if (b.demotes()) {
+        o << " demote " << cache_type_name(b.demote);
+        if (b.high_share >= 0.0) o << " share " << b.high_share;
+    }
     return o.str();
 }
 
-Budget BudgetConfig::budget() const {
-    return tokens >= 0 ? Budget::from_tokens(tokens) : Budget::from_ratio(ratio);
+std::string types_label(ggml_type k, ggml_type v) {
+    return k == v ? cache_type_name(k) : std::string(cache_type_name(k)) + "/" + cache_type_name(v);
+}
+
+std::pair<ggml_type, ggml_type> parse_types(const std::string & label) {
+    const size_t slash = label.find('/');
+    if (slash == std::string::npos) return {parse_cache_type(label), parse_cache_type(label)};
+    return {parse_cache_type(label.substr(0, slash)), parse_cache_type(label.substr(slash + 1))};
+}
+
+std::vector<std::string> RunConfig::cache_type_axis() const {
+    if (!cache_types.empty()) return cache_types;
+    return {types_label(parse_cache_type(cache_type_k), parse_cache_type(cache_type_v))};
 }
 
 nlohmann::json RunConfig::to_json() const {
@@ -49,6 +68,7 @@ nlohmann::json RunConfig::to_json() const {
             {"cache_type_k", cache_type_k},
             {"cache_type_v", cache_type_v},
             {"kv_rotation", kv_rotation},
+            {"cache_types", cache_types},
             {"out_dir", out_dir},
             {"shard", shard},
             {"n_shards", n_shards}};
@@ -84,11 +104,11 @@ std::vector<T> wholes(const nlohmann::json & v, const std::string & key) {
 
 RunConfig RunConfig::from_json(const nlohmann::json & j) {
     if (!j.is_object()) throw Error("eval", "an experiment is a JSON object");
-    static const std::set<std::string> known = {"model",       "preset",       "tasks",        "lengths",    "depths",
-                                                "samples",     "seed",         "haystack",     "methods",    "budgets",
-                                                "query_aware", "multi_turn",   "max_tokens",   "threads",    "products",
-                                                "repack",      "chunk",        "attention",    "out_dir",    "shard",
-                                                "n_shards",    "cache_type_k", "cache_type_v", "kv_rotation"};
+    static const std::set<std::string> known = {
+        "model",        "preset",       "tasks",       "lengths",     "depths",     "samples",    "seed",
+        "haystack",     "methods",      "budgets",     "query_aware", "multi_turn", "max_tokens", "threads",
+        "products",     "repack",       "chunk",       "attention",   "out_dir",    "shard",      "n_shards",
+        "cache_type_k", "cache_type_v", "kv_rotation", "cache_types"};
     for (const auto & [k, v] : j.items())
         if (!known.count(k)) throw Error("eval", "unknown experiment key '" + k + "'");
     RunConfig c;
@@ -115,14 +135,9 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
             }
         if (j.contains("budgets"))
             for (const auto & b : j["budgets"]) {
-                BudgetConfig bc;
-                if (b.is_number())
-                    bc.ratio = b.get<double>();
-                else if (b.contains("tokens"))
-                    bc.tokens = whole<int64_t>(b["tokens"], "budgets.tokens");
-                else
-                    bc.ratio = b.at("ratio").get<double>();
-                c.budgets.push_back(bc);
+                if (b.contains("sliding"))
+                    throw Error("eval", "experiment budgets do not take 'sliding' (a run-wide choice)");
+                c.budgets.push_back({Budget::from_json(b)});  // a number (a ratio) or a budget object
             }
         if (j.contains("query_aware")) c.query_aware = j["query_aware"].get<bool>();
         if (j.contains("multi_turn")) c.multi_turn = j["multi_turn"].get<bool>();
@@ -140,6 +155,10 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
                 parse_cache_type(t);  // an unknown type is refused here, naming the choices
             }
         if (j.contains("kv_rotation")) c.kv_rotation = j["kv_rotation"].get<bool>();
+        if (j.contains("cache_types")) {
+            c.cache_types = j["cache_types"].get<std::vector<std::string>>();
+            for (const std::string & t : c.cache_types) parse_types(t);  // refused here, naming the choices
+        }
         if (j.contains("out_dir")) c.out_dir = j["out_dir"].get<std::string>();
         if (j.contains("shard")) c.shard = whole<int>(j["shard"], "shard");
         if (j.contains("n_shards")) c.n_shards = whole<int>(j["n_shards"], "n_shards");

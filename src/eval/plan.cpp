@@ -1,8 +1,10 @@
 #include "eval/plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "eval/report.h"
 #include "kvlab/error.h"
@@ -34,6 +36,15 @@ void drop_torn_record(const std::string & path) {
                  path.c_str(), bytes.size() - keep);
 }
 
+// The curve a configuration belongs to: its cache types and what happens to the rows its budget
+// does not keep at them ("f16 evict", "f16 demote q4_0", "q8_0 demote q4_0 share 0.5").
+std::string precision_policy(const std::string & types, const Budget & b) {
+    std::ostringstream o;
+    o << types << (b.demotes() ? std::string(" demote ") + cache_type_name(b.demote) : std::string(" evict"));
+    if (b.demotes() && b.high_share >= 0.0) o << " share " << b.high_share;
+    return o.str();
+}
+
 }  // namespace
 
 RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & tok, const std::string & data_dir) {
@@ -45,12 +56,20 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
     for (const auto & m : cfg.methods)  // validate before any work
         make_press(m.name, apply_preset(cfg.preset, m.name, m.params), model);
     RunPlan plan;
-    plan.configs.push_back({"none", "full", -1, {}});
-    for (size_t m = 0; m < cfg.methods.size(); ++m)
-        for (const auto & b : cfg.budgets) {
-            (void)b.budget();  // validates the ratio or token budget
-            plan.configs.push_back({cfg.methods[m].name, b.label(), int(m), b});
-        }
+    const std::vector<std::string> axis = cfg.cache_type_axis();
+    for (size_t i = 0; i < axis.size(); ++i)
+        if (std::find(axis.begin(), axis.begin() + long(i), axis[i]) != axis.begin() + long(i))
+            throw Error("eval", "cache type '" + axis[i] + "' appears twice in cache_types");
+    for (const std::string & t : axis) {
+        parse_types(t);
+        const std::string suffix = t == "f16" ? "" : " kv " + t;
+        plan.configs.push_back({"none", "full" + suffix, -1, {}, t, t + " full"});
+        for (size_t m = 0; m < cfg.methods.size(); ++m)
+            for (const auto & b : cfg.budgets) {
+                plan.configs.push_back(
+                    {cfg.methods[m].name, b.label() + suffix, int(m), b, t, precision_policy(t, b.b)});
+            }
+    }
 
     const Haystack hay = load_haystack(cfg.haystack.empty() ? default_haystack(data_dir) : cfg.haystack);
     const TokenCounter count = [&](const std::string & s) { return int64_t(tok.encode(s, false).size()); };

@@ -16,11 +16,14 @@
 
 namespace kvlab::eval {
 
-// One configuration answered for every question: the full cache, or method × budget.
+// One configuration answered for every question: the full cache, or method × budget, at one
+// entry of the cache-type axis.
 struct EvalConfig {
-    std::string method, label;  // "none", "full" for the full cache
+    std::string method, label;  // "none", "full" for the full cache (a label names the cache types when not f16)
     int method_index = -1;      // into RunConfig::methods; -1 for the full cache
     BudgetConfig budget;
+    std::string types;   // the cache-type axis entry ("f16", "q8_0", "q8_0/q4_0")
+    std::string policy;  // the precision policy, a curve of the report: "f16 evict", "f16 demote q4_0", "q8_0 full"
     bool is_full() const { return method_index < 0; }
 };
 

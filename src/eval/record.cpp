@@ -10,9 +10,17 @@ nlohmann::json answer_record(const AnswerFacts & f) {
     const EvalConfig & c = *f.config;
     const KvStore & cache = f.prepared->cache;
     const GenerateResult & r = *f.result;
-    nlohmann::json ratio = c.is_full()            ? nlohmann::json(0.0)
-                           : c.budget.tokens >= 0 ? nlohmann::json()
-                                                  : nlohmann::json(c.budget.ratio);
+    const Budget & b = c.budget.b;
+    nlohmann::json ratio = c.is_full()                     ? nlohmann::json(0.0)
+                           : b.tokens >= 0 || b.by_bytes() ? nlohmann::json()
+                                                           : nlohmann::json(b.ratio);
+    // bytes against the context's full cache at F16 (the unit of the byte budgets)
+    const double full_f16 =
+        double(cache.full_rows(f.context_tokens)) * 2.0 * double(cache_row_bytes(GGML_TYPE_F16, cache.head_dim()));
+    nlohmann::json budget_bytes_ratio = !c.is_full() && b.bytes_ratio > 0.0 ? nlohmann::json(b.bytes_ratio)
+                                        : !c.is_full() && b.kv_bytes >= 0
+                                            ? nlohmann::json(double(b.kv_bytes) / full_f16)
+                                            : nlohmann::json();
     nlohmann::json compress;
     if (!c.is_full()) {
         compress = f.prepared->stats.to_json();
@@ -44,6 +52,14 @@ nlohmann::json answer_record(const AnswerFacts & f) {
             {"cache_type_k", cache_type_name(cache.types().k)},
             {"cache_type_v", cache_type_name(cache.types().v)},
             {"kv_rotation", cache.types().rotate},
+            {"cache_type_low",
+             cache.types().mixed() ? nlohmann::json(cache_type_name(cache.types().low)) : nlohmann::json()},
+            {"cache_types", c.types},
+            {"policy", c.policy},
+            {"rows_demoted", cache.total_low_rows()},
+            {"kv_bytes_full_f16", full_f16},
+            {"kv_bytes_ratio", double(cache.used_bytes()) / full_f16},
+            {"budget_bytes_ratio", budget_bytes_ratio},
             {"kv_allocated_bytes", cache.bytes()},
             {"kv_used_bytes", cache.used_bytes()},
             {"kept_rows", cache.total_rows()},

@@ -85,11 +85,14 @@ const std::vector<Column> & columns() {
         {"score", true, [](const SummaryRow & r) { return fmt("%.3f", r.score); }},
         {"score q1", true, [](const SummaryRow & r) { return fmt("%.3f", r.score_first); }},
         {"score later q", true,
-         [](const SummaryRow & r) { return std::isfinite(r.score_later) ? fmt("%.3f", r.score_later) : std::string("–"); }},
+         [](const SummaryRow & r) {
+             return std::isfinite(r.score_later) ? fmt("%.3f", r.score_later) : std::string("–");
+         }},
         {"KL", true, [](const SummaryRow & r) { return fmt("%.4g", r.kl); }},
         {"top-1", true, [](const SummaryRow & r) { return fmt("%.3f", r.top1); }},
         {"identical", true, [](const SummaryRow & r) { return fmt("%.3f", r.identical); }},
         {"KV allocated", true, [](const SummaryRow & r) { return fmt_bytes(r.kv_bytes); }},
+        {"KV / F16 full", true, [](const SummaryRow & r) { return fmt("%.1f%%", 100.0 * r.bytes_ratio); }},
         {"TTFT (s)", true, [](const SummaryRow & r) { return fmt("%.3f", r.ttft_s); }},
         {"decode tok/s", true, [](const SummaryRow & r) { return fmt("%.1f", r.decode_tps); }},
         {"compress (s)", true, [](const SummaryRow & r) { return fmt("%.3f", r.compress_s); }},
@@ -365,7 +368,7 @@ std::string line_plot(const std::vector<SummaryRow> & rows, const std::string & 
 std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
     struct Group {
         SummaryRow row;
-        Mean ratio, score, kl, top1, identical, kv, ttft, tps, compress, first, later;
+        Mean ratio, score, kl, top1, identical, kv, ttft, tps, compress, first, later, bytes, budget_bytes;
     };
     std::map<std::pair<std::string, std::string>, Group> groups;
     for (const json & rec : answer_records) {
@@ -374,14 +377,17 @@ std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
         // query-aware runs are their own rows: "snapkv (query-aware)", "snapkv (multi-turn)"
         const json * qa = field(rec, "query_aware");
         const json * mt = field(rec, "multi_turn");
-        const std::string method = text(rec, "method", "?") + (mt && mt->is_boolean() && mt->get<bool>() ? " (multi-turn)"
-                                                               : qa && qa->is_boolean() && qa->get<bool>()
-                                                                   ? " (query-aware)"
-                                                                   : "");
+        const std::string method =
+            text(rec, "method", "?") + (mt && mt->is_boolean() && mt->get<bool>()   ? " (multi-turn)"
+                                        : qa && qa->is_boolean() && qa->get<bool>() ? " (query-aware)"
+                                                                                    : "");
         const std::string budget = text(rec, "budget_label", method == "none" ? "full" : "?");
         Group & g = groups[{method, budget}];
         g.row.method = method;
         g.row.budget = budget;
+        g.row.policy = text(rec, "policy", "");
+        g.bytes.add(number(rec, "kv_bytes_ratio"));
+        g.budget_bytes.add(number(rec, "budget_bytes_ratio"));
         ++g.row.n;
         double ratio = number(rec, "achieved_ratio");
         if (!std::isfinite(ratio)) ratio = number(rec, "ratio");
@@ -414,6 +420,8 @@ std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
         r.compress_s = g.compress.get();
         r.score_first = g.first.get();
         r.score_later = r.n_later > 0 ? g.later.get() : NAN;
+        r.bytes_ratio = g.bytes.n > 0 ? g.bytes.get() : NAN;
+        r.budget_bytes_ratio = g.budget_bytes.n > 0 ? g.budget_bytes.get() : NAN;
         rows.push_back(std::move(r));
     }
     std::stable_sort(rows.begin(), rows.end(), [](const SummaryRow & a, const SummaryRow & b) {
@@ -441,6 +449,50 @@ std::string best_per_ratio(const std::vector<SummaryRow> & rows) {
         out += "- best at " + budget + ": " + r->method + " (score " + fmt("%.3f", r->score) +
                (full ? " vs " + fmt("%.3f", full->score) + " for the full cache" : std::string()) + ", KL " +
                fmt("%.4g", r->kl) + ")\n";
+    return out;
+}
+
+std::string best_per_bytes(const std::vector<SummaryRow> & rows) {
+    std::vector<double> budgets;
+    for (const SummaryRow & r : rows)
+        if (std::isfinite(r.budget_bytes_ratio) &&
+            std::find(budgets.begin(), budgets.end(), r.budget_bytes_ratio) == budgets.end())
+            budgets.push_back(r.budget_bytes_ratio);
+    std::sort(budgets.begin(), budgets.end());
+    const SummaryRow * full = nullptr;
+    for (const SummaryRow & r : rows)
+        if (r.method == "none" && (!full || r.budget == "full")) full = &r;
+    const auto better = [](const SummaryRow * a, const SummaryRow & r) {
+        return !a || r.score > a->score || (r.score == a->score && r.kl < a->kl);
+    };
+    const auto name = [](const SummaryRow & r) {
+        return r.method + " (" + r.budget + (r.policy.empty() ? "" : ", " + r.policy) + ")";
+    };
+    std::string out;
+    for (const double B : budgets) {
+        const SummaryRow *best = nullptr, *evict = nullptr, *other = nullptr;
+        for (const SummaryRow & r : rows) {
+            if (!std::isfinite(r.bytes_ratio) || r.bytes_ratio > B * (1.0 + 1e-9)) continue;
+            if (better(best, r)) best = &r;
+            const bool evicts = r.policy.size() >= 6 && r.policy.compare(r.policy.size() - 6, 6, " evict") == 0;
+            if (r.method.rfind("none", 0) == 0) continue;
+            if (evicts ? better(evict, r) : better(other, r)) (evicts ? evict : other) = &r;
+        }
+        out += "- best within " + fmt("%.1f%%", 100.0 * B) + " of the F16 full cache's bytes: ";
+        if (!best) {
+            out += "nothing fits\n";
+            continue;
+        }
+        out +=
+            name(*best) + ", score " + fmt("%.3f", best->score) +
+            (full && full->score > 0.0 ? " (" + fmt("%.2f", best->score / full->score) + "x the full cache's)" : "") +
+            ", KL " + fmt("%.4g", best->kl) + ", " + fmt("%.1f%%", 100.0 * best->bytes_ratio) + " of the bytes";
+        if (evict && other)
+            out += "; eviction alone at best " + fmt("%.3f", evict->score) + " (" + evict->method +
+                   "), lower precision " + fmt("%.3f", other->score) + " (" + other->method + ", " + other->policy +
+                   ")";
+        out += "\n";
+    }
     return out;
 }
 
@@ -473,6 +525,51 @@ std::string svg_score_vs_ratio(const std::vector<SummaryRow> & rows) {
 
 std::string svg_kl_vs_ratio(const std::vector<SummaryRow> & rows) {
     return line_plot(rows, "KL(full || compressed) vs compression ratio", "mean KL (nats)", &SummaryRow::kl, false);
+}
+
+namespace {
+
+// One polyline per (method, precision policy) against the bytes held; the full caches as squares.
+std::string bytes_plot(const std::vector<SummaryRow> & rows, const std::string & title, const std::string & ylabel,
+                       double SummaryRow::*value, bool unit_range) {
+    double xmax = 0.0, ymin = unit_range ? 0.0 : INFINITY, ymax = unit_range ? 1.0 : -INFINITY;
+    std::vector<std::pair<std::string, std::vector<const SummaryRow *>>> curves;
+    Series full{"full caches", kFullColor, {}};
+    for (const SummaryRow & r : rows) {
+        if (!std::isfinite(r.bytes_ratio) || !std::isfinite(r.*value)) continue;
+        xmax = std::max(xmax, r.bytes_ratio);
+        ymin = std::min(ymin, r.*value), ymax = std::max(ymax, r.*value);
+        if (r.method.rfind("none", 0) == 0) {
+            full.points.push_back({r.bytes_ratio, r.*value, r.policy.empty() ? r.budget : r.policy});
+            continue;
+        }
+        const std::string key = r.method + (r.policy.empty() ? "" : " \u00b7 " + r.policy);
+        auto it = std::find_if(curves.begin(), curves.end(), [&](const auto & c) { return c.first == key; });
+        if (it == curves.end()) it = curves.insert(curves.end(), {key, {}});
+        it->second.push_back(&r);
+    }
+    Plot plot(title, "K/V bytes held (share of the full cache at F16)", ylabel, nice_axis(0.0, xmax, true),
+              nice_axis(ymin, ymax, true));
+    size_t color = 0;
+    for (const auto & [key, group] : curves) {
+        Series s{key, method_color(color++), {}};
+        for (const SummaryRow * r : group) s.points.push_back({r->bytes_ratio, r->*value, r->budget});
+        std::stable_sort(s.points.begin(), s.points.end(), [](const Point & a, const Point & b) { return a.x < b.x; });
+        plot.line_series(s);
+    }
+    if (!full.points.empty()) plot.scatter(full, true);
+    if (curves.empty() && full.points.empty()) plot.note("no records with K/V bytes");
+    return plot.finish();
+}
+
+}  // namespace
+
+std::string svg_score_vs_bytes(const std::vector<SummaryRow> & rows) {
+    return bytes_plot(rows, "Score vs K/V bytes", "mean score", &SummaryRow::score, true);
+}
+
+std::string svg_kl_vs_bytes(const std::vector<SummaryRow> & rows) {
+    return bytes_plot(rows, "KL(full || compressed) vs K/V bytes", "mean KL (nats)", &SummaryRow::kl, false);
 }
 
 std::string svg_memory_vs_ttft(const std::vector<SummaryRow> & rows) {
@@ -571,6 +668,13 @@ std::string html_report(const std::vector<SummaryRow> & rows, const json & heade
     h += "<h2>Plots</h2>\n";
     for (const std::string & svg : {svg_score_vs_ratio(rows), svg_kl_vs_ratio(rows), svg_memory_vs_ttft(rows)})
         h += "<figure>\n" + svg + "</figure>\n";
+    bool bytes = false;
+    for (const SummaryRow & r : rows) bytes = bytes || std::isfinite(r.bytes_ratio);
+    if (bytes)
+        for (const std::string & svg : {svg_score_vs_bytes(rows), svg_kl_vs_bytes(rows)})
+            h += "<figure>\n" + svg + "</figure>\n";
+    const std::string best = best_per_bytes(rows);
+    if (!best.empty()) h += "<h2>Best at each byte budget</h2>\n<pre>" + xml_escape(best) + "</pre>\n";
 
     h += "<h2>Configuration</h2>\n<pre>";
     const json * config = field(header, "config");

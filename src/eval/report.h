@@ -2,6 +2,7 @@
 // summary per method x budget, SVG plots, and an HTML page that shows them.
 #pragma once
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -21,17 +22,30 @@ struct SummaryRow {
     // several questions answered from one compressed cache
     double score_first = 0.0, score_later = 0.0;
     int64_t n_later = 0;
+    // memory in bytes: the precision policy (a curve: "f16 evict", "f16 demote q4_0", "q8_0
+    // full"), the mean K/V bytes held as a share of the context's full cache at F16, and the
+    // byte budget asked for in that unit (NaN for row budgets and records without them)
+    std::string policy;
+    double bytes_ratio = NAN, budget_bytes_ratio = NAN;
 };
 std::vector<SummaryRow> summarize(const std::vector<nlohmann::json> & answer_records);
 std::string markdown_table(const std::vector<SummaryRow> & rows);
 // One line per budget: the method with the best mean score there (ties: the lower KL).
 std::string best_per_ratio(const std::vector<SummaryRow> & rows);
+// One line per byte budget asked for: among every configuration whose K/V bytes fit in it (any
+// method, policy or cache type, the full caches included), the best mean score (ties: the lower
+// KL), and the best of eviction alone and of the other policies beside it; "" without byte budgets.
+std::string best_per_bytes(const std::vector<SummaryRow> & rows);
 
 // SVG line plots: score against compression ratio (one line per method), KL against ratio,
 // and a scatter of KV allocated bytes against TTFT.
 std::string svg_score_vs_ratio(const std::vector<SummaryRow> & rows);
 std::string svg_kl_vs_ratio(const std::vector<SummaryRow> & rows);
 std::string svg_memory_vs_ttft(const std::vector<SummaryRow> & rows);
+// Score and KL against K/V bytes (share of the full cache at F16): one line per method x
+// precision policy, the full caches of every cache type as points.
+std::string svg_score_vs_bytes(const std::vector<SummaryRow> & rows);
+std::string svg_kl_vs_bytes(const std::vector<SummaryRow> & rows);
 
 // A self-contained HTML page: title, the run's configuration and provenance (header
 // record), the table and the three plots inline.

@@ -3,6 +3,7 @@
 #include "eval/runner.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "eval/metrics.h"
 #include "eval/plan.h"
@@ -78,26 +79,35 @@ private:
             cq[qi] = split_query(prompts[qi], cfg_.query_aware && !cfg_.multi_turn);
             max_query = std::max<int64_t>(max_query, int64_t(cq[qi].query.size()));
         }
-        ContextSession session(engine_, methods_, SessionOptions{max_query, cfg_.max_tokens, &tok_});
         // multi-turn: the first question joins the context for compression, then is forgotten
         const int32_t n_context = int32_t(cq[questions[0]].context.size());
         const std::vector<int32_t> ctx =
             cfg_.multi_turn ? split_query(prompts[questions[0]], true).context : cq[questions[0]].context;
-        tick(s.id + ": prefill " + std::to_string(ctx.size()) + " tokens");
-        try {
-            session.prefill(ctx);
-        } catch (const Error & e) {
-            throw Error("eval", s.id + ": " + e.what());
-        }
         const int64_t n_vocab = engine_.model().hparams().n_vocab;
         std::vector<std::vector<int32_t>> full_answers(prompts.size());
         std::vector<std::vector<float>> full_logits(prompts.size());
+        std::unique_ptr<ContextSession> owned;  // one prefill per entry of the cache-type axis
         for (size_t c = 0; c < plan_.configs.size(); ++c) {
             const EvalConfig & ec = plan_.configs[c];
-            std::vector<size_t> qs;  // the baseline answers every question: the others compare with it
+            const bool reference = c == 0;  // the first full cache: every other answer is compared with it
+            std::vector<size_t> qs;
             for (size_t qi : questions)
-                if (ec.is_full() || wanted[c][qi]) qs.push_back(qi);
+                if (reference || wanted[c][qi]) qs.push_back(qi);
             if (qs.empty()) continue;
+            if (!owned || c == 0 || plan_.configs[c - 1].types != ec.types) {
+                owned.reset();  // the previous entry's prefill is freed first
+                SessionOptions so{max_query, cfg_.max_tokens, &tok_};
+                const auto [k, v] = parse_types(ec.types);
+                so.cache_types = CacheTypes{k, v, cfg_.kv_rotation};
+                owned = std::make_unique<ContextSession>(engine_, methods_, so);
+                tick(s.id + ": prefill " + std::to_string(ctx.size()) + " tokens (" + ec.types + ")");
+                try {
+                    owned->prefill(ctx);
+                } catch (const Error & e) {
+                    throw Error("eval", s.id + ": " + e.what());
+                }
+            }
+            ContextSession & session = *owned;
             reset_peak_rss();
             // multi-turn: the budget counts context rows; the first question's rows come on top
             // (the method may keep them, they are dropped after): B(context) + |question|
@@ -111,7 +121,7 @@ private:
             for (size_t qi : qs) {
                 const std::vector<int32_t> & query = cq[qi].query;
                 const GenerateResult r = session.answer(p.cache, query, go_);
-                if (ec.is_full()) {
+                if (reference) {
                     full_answers[qi] = r.tokens;
                     full_logits[qi] = session.teacher_forced(p.cache, query, r.tokens);
                 }
@@ -130,7 +140,7 @@ private:
                 f.prefill_s = session.prefill_stats().seconds;
                 f.result = &r;
                 f.text = tok_.decode(r.tokens);
-                if (ec.is_full()) {
+                if (reference) {
                     f.fidelity.top1_agreement = 1.0;
                     f.fidelity.n_positions = int64_t(std::max<size_t>(1, r.tokens.size()));
                 } else {

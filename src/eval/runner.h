@@ -9,6 +9,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "eval/tasks.h"
@@ -22,12 +23,22 @@ struct MethodConfig {
     ParamMap params;
 };
 
+// A budget of the experiment: any Budget compress() takes (a ratio, tokens per layer, bytes, each
+// with or without demotion).
 struct BudgetConfig {
-    double ratio = -1.0;        // compression ratio, or
-    int64_t tokens = -1;        // tokens kept per layer
-    std::string label() const;  // "ratio 0.5" | "budget 256"
-    Budget budget() const;
+    Budget b;
+    static BudgetConfig ratio(double r) { return {Budget::from_ratio(r)}; }
+    static BudgetConfig tokens(int64_t t) { return {Budget::from_tokens(t)}; }
+    // "ratio 0.5" | "budget 256" | "bytes 0.25" | "kv_bytes 1000000", then " demote q4_0" (and
+    // " share 0.5") when it demotes
+    std::string label() const;
+    Budget budget() const { return b; }
 };
+
+// "f16", "q8_0", ... when K and V have one type, else "K/V" ("q8_0/q4_0"); parse_types reads
+// both forms (throws kvlab::Error naming the choices).
+std::string types_label(ggml_type k, ggml_type v);
+std::pair<ggml_type, ggml_type> parse_types(const std::string & label);
 
 struct RunConfig {
     std::string model = "smollm2-135m";
@@ -49,6 +60,11 @@ struct RunConfig {
     std::string attention = "kvlab";
     std::string cache_type_k = "f16", cache_type_v = "f16";  // the KV row types (-ctk / -ctv)
     bool kv_rotation = true;                                 // CacheTypes::rotate
+    // The cache-type axis (types_label form): each context is prefilled once per entry, whose
+    // full cache and methods x budgets all run; fidelity is measured against the full cache of
+    // the first entry. Empty: the one entry cache_type_k / cache_type_v.
+    std::vector<std::string> cache_types;
+    std::vector<std::string> cache_type_axis() const;
     std::string out_dir = "kvlab-results";
     int shard = 0, n_shards = 1;
 
