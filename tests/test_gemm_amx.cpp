@@ -45,15 +45,15 @@ Problem make(ggml_type type, int64_t K, int64_t N, int64_t M, unsigned seed) {
     return p;
 }
 
-// kvlab's product of rows [m0, m0 + M) of x, each thread's share computed in turn.
-std::vector<float> kvlab_product(const Problem & p, int64_t m0, int64_t M, int nth) {
-    std::vector<uint8_t> packed(kernels::amx_kernel().packed_bytes(p.K, M));
-    for (int ith = 0; ith < nth; ++ith)
-        kernels::amx_kernel().pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth);
+// kvlab's product of rows [m0, m0 + M) of x by kernel k (amx_kernel or vnni_kernel), each
+// thread's share computed in turn.
+std::vector<float> kvlab_product(const Problem & p, int64_t m0, int64_t M, int nth,
+                                 const kernels::ProductKernel & k = kernels::vnni_kernel()) {
+    std::vector<uint8_t> packed(k.packed_bytes(p.K, M));
+    for (int ith = 0; ith < nth; ++ith) k.pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth);
     std::vector<float> out(size_t(p.N * M), NAN);
     for (int ith = 0; ith < nth; ++ith)
-        kernels::amx_kernel().product(p.type, p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N,
-                                      ith, nth);
+        k.product(p.type, p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth);
     return out;
 }
 
@@ -160,16 +160,20 @@ std::vector<float> ggml_product(const Problem & p) {
     return out;
 }
 
-// The single-row half (fewer than 16 activation rows: AVX-512 VNNI) runs wherever the CPU has
-// VNNI and BITALG, AMD's Zen 4 and 5 included; the batches need the AMX tiles.
+// vnni_kernel() runs wherever the CPU has VNNI and BITALG, AMD's Zen 4 and 5 included; so does
+// amx_kernel() below 16 activation rows (the same code), its batches need the AMX tiles.
 class GemmAmx : public ::testing::TestWithParam<ggml_type> {
 protected:
     void SetUp() override {
         if (!kernels::amx_rows_available())
             GTEST_SKIP() << "no AVX-512 VNNI + BITALG on this CPU: kvlab's block order does not run here";
     }
-    // Whether this machine runs a product of M rows.
-    static bool runs(int64_t M) { return M < kernels::amx_kernel().min_batch || amx_available(); }
+    // The kernels this machine runs for a product of M rows.
+    static std::vector<const kernels::ProductKernel *> kernels_for(int64_t M) {
+        std::vector<const kernels::ProductKernel *> ks = {&kernels::vnni_kernel()};
+        if (M < kernels::amx_kernel().min_batch || amx_available()) ks.push_back(&kernels::amx_kernel());
+        return ks;
+    }
 };
 
 // Shapes: a single block, partial weight panels, batches with and without padding, smollm2's,
@@ -180,14 +184,16 @@ const std::vector<std::array<int64_t, 3>> k_shapes = {{32, 16, 16},     {64, 13,
 TEST_P(GemmAmx, WithinTheRoundingBoundOfTheExactValue) {
     double worst = 0.0;
     for (const auto & [K, N, M] : k_shapes) {
-        if (!runs(M)) continue;
         const Problem p = make(GetParam(), K, N, M, unsigned(K + N + M));
         const Reference ref = reference(p);
-        const std::vector<float> got = kvlab_product(p, 0, M, 2);
-        for (size_t i = 0; i < got.size(); ++i) {
-            const double err = std::fabs(double(got[i]) - ref.value[i]);
-            ASSERT_LE(err, ref.kvlab_bound(i)) << "K " << K << " N " << N << " M " << M << " output " << i;
-            worst = std::max(worst, err / ref.kvlab_bound(i));
+        for (const kernels::ProductKernel * k : kernels_for(M)) {
+            const std::vector<float> got = kvlab_product(p, 0, M, 2, *k);
+            for (size_t i = 0; i < got.size(); ++i) {
+                const double err = std::fabs(double(got[i]) - ref.value[i]);
+                ASSERT_LE(err, ref.kvlab_bound(i))
+                    << k->name << " K " << K << " N " << N << " M " << M << " output " << i;
+                worst = std::max(worst, err / ref.kvlab_bound(i));
+            }
         }
     }
     std::printf("[ measure  ] %s: largest error / bound: %.3g\n", ggml_type_name(GetParam()), worst);
@@ -195,41 +201,28 @@ TEST_P(GemmAmx, WithinTheRoundingBoundOfTheExactValue) {
 
 TEST_P(GemmAmx, CloseToGgmlMulMat) {
     for (const auto & [K, N, M] : k_shapes) {
-        if (!runs(M)) continue;
         const Problem p = make(GetParam(), K, N, M, unsigned(3 * K + N));
         const Reference ref = reference(p);
-        const std::vector<float> got = kvlab_product(p, 0, M, 1), g = ggml_product(p);
-        size_t same = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_LE(std::fabs(double(got[i]) - g[i]), ref.kvlab_bound(i) + ref.ggml_bound(i))
-                << "K " << K << " N " << N << " M " << M;
-            same += got[i] == g[i];
+        const std::vector<float> g = ggml_product(p);
+        for (const kernels::ProductKernel * k : kernels_for(M)) {
+            const std::vector<float> got = kvlab_product(p, 0, M, 1, *k);
+            size_t same = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_LE(std::fabs(double(got[i]) - g[i]), ref.kvlab_bound(i) + ref.ggml_bound(i))
+                    << k->name << " K " << K << " N " << N << " M " << M;
+                same += got[i] == g[i];
+            }
+            std::printf("[ measure  ] %s %s K %ld N %ld M %ld: %zu of %zu outputs equal to ggml's\n", k->name,
+                        ggml_type_name(GetParam()), long(K), long(N), long(M), same, got.size());
         }
-        std::printf("[ measure  ] %s K %ld N %ld M %ld: %zu of %zu outputs equal to ggml's\n",
-                    ggml_type_name(GetParam()), long(K), long(N), long(M), same, got.size());
     }
 }
 
-// The same output bits from a 100-row batch (AMX tiles, padded to 112), from its rows one at a
-// time and in 5-row batches (VNNI), from 16-row batches, at 1 to 3 threads.
+// The same output bits from a 100-row batch by VNNI (8-row tiles and a 4-row tail), from its rows
+// one at a time and in 5-row batches (the single-row path), from 16-row batches, at 1 to 3
+// threads; and, where the CPU has AMX, from the tiles (the batch padded to 112).
 TEST_P(GemmAmx, SameBitsWhateverTheBatch) {
     const Problem p = make(GetParam(), 576, 200, 100, 11);
-    if (!amx_available()) {  // VNNI only: single rows, 5-row and 15-row batches, 1 to 3 threads
-        for (int64_t m = 0; m + 15 <= p.M; m += 15) {
-            const std::vector<float> batch = kvlab_product(p, m, 15, 1);
-            for (int64_t r = 0; r < 15; r += 4)
-                EXPECT_EQ(std::memcmp(kvlab_product(p, m + r, 1, 3).data(), batch.data() + r * p.N,
-                                      size_t(p.N) * sizeof(float)),
-                          0)
-                    << "row " << m + r << " alone";
-            for (int64_t r = 0; r + 5 <= 15; r += 5)
-                EXPECT_EQ(std::memcmp(kvlab_product(p, m + r, 5, 2).data(), batch.data() + r * p.N,
-                                      size_t(5 * p.N) * sizeof(float)),
-                          0)
-                    << "rows " << m + r << ".." << m + r + 5;
-        }
-        return;
-    }
     const std::vector<float> whole = kvlab_product(p, 0, p.M, 1);
     const auto expect_rows = [&](const std::vector<float> & part, int64_t m0, int64_t M, const char * what) {
         EXPECT_EQ(std::memcmp(part.data(), whole.data() + m0 * p.N, part.size() * sizeof(float)), 0)
@@ -239,6 +232,12 @@ TEST_P(GemmAmx, SameBitsWhateverTheBatch) {
     for (int64_t m = 0; m < p.M; m += 7) expect_rows(kvlab_product(p, m, 1, 2), m, 1, "single row");
     for (int64_t m = 0; m + 5 <= p.M; m += 5) expect_rows(kvlab_product(p, m, 5, 1), m, 5, "5-row batch");
     for (int64_t m = 0; m + 16 <= p.M; m += 16) expect_rows(kvlab_product(p, m, 16, 2), m, 16, "16-row batch");
+    for (int64_t m = 0; m + 23 <= p.M; m += 23) expect_rows(kvlab_product(p, m, 23, 2), m, 23, "23-row batch");
+    if (!amx_available()) return;
+    const kernels::ProductKernel & amx = kernels::amx_kernel();
+    for (int nth : {1, 3}) expect_rows(kvlab_product(p, 0, p.M, nth, amx), 0, p.M, "amx tiles");
+    for (int64_t m = 0; m + 16 <= p.M; m += 16) expect_rows(kvlab_product(p, m, 16, 2, amx), m, 16, "amx 16 rows");
+    for (int64_t m = 0; m < p.M; m += 7) expect_rows(kvlab_product(p, m, 1, 2, amx), m, 1, "amx single row");
 }
 
 INSTANTIATE_TEST_SUITE_P(, GemmAmx, ::testing::Values(GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0),
@@ -287,13 +286,22 @@ TEST(GemmAmxPack, HoldsGgmlsQ8_1AndQ8_0Blocks) {
 
 TEST(Products, ParsesAndRefusesWhatTheMachineLacks) {
     EXPECT_EQ(parse_products("ggml"), Products::ggml);
-    EXPECT_EQ(parse_products("auto"), amx_available() ? Products::amx : Products::ggml);
+    EXPECT_EQ(parse_products("auto"),
+              amx_available() ? Products::amx : (vnni_available() ? Products::vnni : Products::ggml));
     EXPECT_EQ(default_products(), parse_products("auto"));
+    EXPECT_EQ(vnni_available(), kernels::amx_rows_available());
     if (amx_available())
         EXPECT_EQ(parse_products("amx"), Products::amx);
     else
         EXPECT_THROW(parse_products("amx"), Error);
+    if (vnni_available())
+        EXPECT_EQ(parse_products("vnni"), Products::vnni);
+    else
+        EXPECT_THROW(parse_products("vnni"), Error);
     EXPECT_THROW(parse_products("fast"), Error);
+    EXPECT_STREQ(products_name(Products::ggml), "ggml");
+    EXPECT_STREQ(products_name(Products::amx), "amx");
+    EXPECT_STREQ(products_name(Products::vnni), "vnni");
 }
 
 }  // namespace

@@ -12,15 +12,20 @@ namespace kvlab {
 //         ggml_mul_mat itself runs);
 //   amx:  kvlab's own block order (one exact integer sum per 32-value block), on Intel AMX tiles
 //         from 16 activation rows and AVX-512 VNNI below: the same bits at every batch size,
-//         a few float ulps from ggml's.
-enum class Products { ggml, amx };
+//         a few float ulps from ggml's;
+//   vnni: the same block order and the same bits on AVX-512 VNNI at every batch size (CPUs with
+//         VNNI and BITALG but no AMX: AMD Zen 4 and 5, Intel from Ice Lake).
+enum class Products { ggml, amx, vnni };
 
 // Whether this CPU and kernel run the AMX tiles (compiled with AMX-INT8 and AVX-512 VNNI, the
 // CPU has them and Linux granted the process the tile state, asked once).
 bool amx_available();
-// amx where amx_available(), else ggml: what "auto" means.
+// Whether this CPU runs the block order by AVX-512 VNNI (VNNI and BITALG, compiled in).
+bool vnni_available();
+// amx where amx_available(), else vnni where vnni_available(), else ggml: what "auto" means.
 Products default_products();
-// "auto", "ggml" or "amx"; throws kvlab::Error for another name and for "amx" where unavailable.
+// "auto", "ggml", "amx" or "vnni"; throws kvlab::Error for another name and for "amx" or "vnni"
+// where unavailable.
 Products parse_products(const std::string & name);
 const char * products_name(Products p);
 

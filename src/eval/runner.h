@@ -54,7 +54,7 @@ struct RunConfig {
     bool multi_turn = false;
     int max_tokens = 32;
     int threads = 0;                // 0: every CPU that other work leaves idle
-    std::string products = "auto";  // the weight products' arithmetic: auto, ggml or amx (kvlab/kernels.h)
+    std::string products = "auto";  // the weight products' arithmetic: auto, ggml, amx or vnni (kvlab/kernels.h)
     bool repack = true;             // ggml's repacked weight layouts where its CPU backend has them
     int chunk = 512;
     std::string attention = "kvlab";

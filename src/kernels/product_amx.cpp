@@ -11,7 +11,8 @@
 // each integer sum, which stays exact. The integer block sums come from AMX tiles (TDPBSUD, 16
 // activation rows x 16 weight rows x one block per instruction) from k_min_batch rows on, and from
 // AVX-512 VNNI below (decode), both with the same operations per output: every output has the same
-// bits whatever the batch size, the chunk or the thread count.
+// bits whatever the batch size, the chunk or the thread count. Two kernels: amx_kernel() (the
+// tiles for batches) and vnni_kernel() (VNNI for every batch size: CPUs without AMX, AMD Zen 4/5).
 //
 
 // GCC 12 reads the self-initialized value of _mm512_undefined_*() inside the intrinsics as
@@ -329,6 +330,60 @@ void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const P
     for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
 }
 
+// A panel against T activation rows m0.. by AVX-512 VNNI (the batch path where there are no AMX
+// tiles, or --products vnni): per block, the panel's 8 vectors loaded once for the T rows, each
+// row's exact block sum in two chains of 4 instructions (an integer sum: any order, the same
+// value), then the same step as rows_vnni and the tiles: the same bits.
+template <class W, int T>
+void tile_vnni(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, int64_t m0, float * dst,
+               int64_t dst_stride, int R) {
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const int8_t * rows = y.qs + m0 * K;
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const uint8_t * b = &p.q[size_t(ib) * 512];
+        __m512i q[8];
+        for (int g = 0; g < 8; ++g) q[g] = _mm512_loadu_si512(b + g * 64);
+        const __m512 dw = _mm512_load_ps(&p.d[ib * k_panel]);
+        const __m512 mw = W::minima ? _mm512_load_ps(&p.m[ib * k_panel]) : _mm512_setzero_ps();
+        const float * dy = y.d + ib * Mp + m0;
+        const float * sy = y.s + ib * Mp + m0;
+        const int32_t * qy = y.q + ib * Mp + m0;
+        for (int t = 0; t < T; ++t) {
+            const int8_t * a = rows + t * K + ib * k_qk;
+            int32_t g4[8];
+            std::memcpy(g4, a, 32);
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_set1_epi32(g4[0]));
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], _mm512_set1_epi32(g4[4]));
+            for (int g = 1; g < 4; ++g) {
+                s0 = _mm512_dpbusd_epi32(s0, q[g], _mm512_set1_epi32(g4[g]));
+                s1 = _mm512_dpbusd_epi32(s1, q[g + 4], _mm512_set1_epi32(g4[g + 4]));
+            }
+            acc[t] = step<W>(acc[t], _mm512_add_epi32(s0, s1), dw, mw, dy[t], sy[t], qy[t]);
+        }
+    }
+    for (int t = 0; t < T; ++t) store(dst + (m0 + t) * dst_stride, acc[t], R);
+}
+
+constexpr int k_vnni_rows = 8;  // activation rows per VNNI tile: 8 accumulators beside the 8 weight vectors
+
+template <class W, int T = k_vnni_rows>
+void tail_vnni(int rest, const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, int64_t m0, float * dst,
+               int64_t dst_stride, int R) {
+    if constexpr (T > 1) {
+        if (rest < T) return tail_vnni<W, T - 1>(rest, p, nb, y, Mp, K, m0, dst, dst_stride, R);
+    }
+    tile_vnni<W, T>(p, nb, y, Mp, K, m0, dst, dst_stride, R);
+}
+
+template <class W>
+void panel_vnni(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, int64_t M, float * dst,
+                int64_t dst_stride, int R) {
+    int64_t m0 = 0;
+    for (; m0 + k_vnni_rows <= M; m0 += k_vnni_rows) tile_vnni<W, k_vnni_rows>(p, nb, y, Mp, K, m0, dst, dst_stride, R);
+    if (m0 < M) tail_vnni<W>(int(M - m0), p, nb, y, Mp, K, m0, dst, dst_stride, R);
+}
+
 #ifdef KVLAB_AMX
 
 // AMX tile configuration, twice (tmm0-2 and tmm3-5, for two blocks in flight): the block sums
@@ -463,9 +518,11 @@ bool request_tiles() {
 
 #endif  // KVLAB_AMX
 
+// tiles: batches of k_min_batch rows and more on the AMX tiles (amx_kernel), else by VNNI
+// (vnni_kernel).
 template <class W>
-void product_of(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
-                float * dst, int64_t dst_stride, int ith, int nth) {
+void product_of(bool tiles, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
+                int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
     const int64_t nb = K / k_qk, Mp = padded_rows(M);
     const Packed y(packed, K, Mp);
     const int64_t n_panels = (N + k_panel - 1) / k_panel;
@@ -476,6 +533,16 @@ void product_of(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, con
             const int64_t n0 = ip * k_panel;
             const int R = int(std::min<int64_t>(k_panel, N - n0));
             rows_vnni<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
+        }
+        return;
+    }
+    if (!tiles) {
+        thread_local Panel panel;
+        for (int64_t ip = p0; ip < p1; ++ip) {
+            const int64_t n0 = ip * k_panel;
+            const int R = int(std::min<int64_t>(k_panel, N - n0));
+            panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+            panel_vnni<W>(panel, nb, y, Mp, K, M, dst + n0, dst_stride, R);
         }
         return;
     }
@@ -511,18 +578,28 @@ bool rows_available() {
     return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bitalg");
 }
 
-void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-             int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+void product_with(bool tiles, ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N,
+                  const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
     switch (type) {
         case GGML_TYPE_Q4_1:
-            return product_of<Q4_1>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q4_1>(tiles, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         case GGML_TYPE_Q5_0:
-            return product_of<Q5_0>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q5_0>(tiles, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         case GGML_TYPE_Q8_0:
-            return product_of<Q8_0>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q8_0>(tiles, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         default:
-            throw Error("internal", std::string("[products] amx: no kernel for ") + ggml_type_name(type));
+            throw Error("internal", std::string("[products] block order: no kernel for ") + ggml_type_name(type));
     }
+}
+
+void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
+             int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+    product_with(true, type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+}
+
+void product_vnni(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
+                  int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+    product_with(false, type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
 }
 
 #else
@@ -538,6 +615,8 @@ bool rows_available() {
 void pack(const float *, int64_t, int64_t, int64_t, uint8_t *, int, int) {}
 void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
              int) {}
+void product_vnni(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
+                  int) {}
 
 #endif
 
@@ -549,6 +628,11 @@ bool amx_rows_available() {
 
 const ProductKernel & amx_kernel() {
     static const ProductKernel k = {"amx", k_min_batch, available, supports, packed_bytes, pack, product};
+    return k;
+}
+
+const ProductKernel & vnni_kernel() {
+    static const ProductKernel k = {"vnni", k_min_batch, rows_available, supports, packed_bytes, pack, product_vnni};
     return k;
 }
 

@@ -9,7 +9,8 @@
 namespace kvlab {
 
 Products default_products() {
-    return amx_available() ? Products::amx : Products::ggml;
+    if (amx_available()) return Products::amx;
+    return vnni_available() ? Products::vnni : Products::ggml;
 }
 
 Products parse_products(const std::string & name) {
@@ -19,18 +20,36 @@ Products parse_products(const std::string & name) {
         if (!amx_available())
             throw Error("cli",
                         "--products amx: this CPU or kernel has no AMX-INT8 tiles (or kvlab was built without "
-                        "them); use auto or ggml");
+                        "them); use auto, vnni or ggml");
         return Products::amx;
     }
-    throw Error("cli", "--products takes auto, ggml or amx, got '" + name + "'");
+    if (name == "vnni") {
+        if (!vnni_available())
+            throw Error("cli",
+                        "--products vnni: this CPU has no AVX-512 VNNI and BITALG (or kvlab was built without "
+                        "them); use auto or ggml");
+        return Products::vnni;
+    }
+    throw Error("cli", "--products takes auto, ggml, amx or vnni, got '" + name + "'");
 }
 
 const char * products_name(Products p) {
-    return p == Products::amx ? "amx" : "ggml";
+    switch (p) {
+        case Products::amx:
+            return "amx";
+        case Products::vnni:
+            return "vnni";
+        default:
+            return "ggml";
+    }
 }
 
 bool amx_available() {
     return kernels::amx_kernel().available();
+}
+
+bool vnni_available() {
+    return kernels::vnni_kernel().available();
 }
 
 }  // namespace kvlab
@@ -117,6 +136,7 @@ const ProductKernel * product_kernel(Products products, const ggml_tensor * w, c
     if (!plain_operands(w, x)) return nullptr;
     const ProductKernel * candidates[2] = {&q4_1_kernel(), &q8_0_kernel()};
     if (products == Products::amx) candidates[0] = candidates[1] = &amx_kernel();
+    if (products == Products::vnni) candidates[0] = candidates[1] = &vnni_kernel();
     for (const ProductKernel * k : candidates)
         if (k->available() && k->supports(w->type)) return k;
     return nullptr;

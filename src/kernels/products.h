@@ -3,10 +3,12 @@
 // routine and laid out for it), then multiplies the weight rows:
 //   q4_1_kernel(): Q4_1 weights, ggml's arithmetic (product_q4_1.cpp);
 //   q8_0_kernel(): Q8_0 and Q5_0 weights, ggml's arithmetic (product_q8_0.cpp);
-//   amx_kernel():  Q4_1, Q5_0 and Q8_0 weights, kvlab's block order (product_amx.cpp).
+//   amx_kernel():  Q4_1, Q5_0 and Q8_0 weights, kvlab's block order, AMX tiles for batches
+//                  (product_amx.cpp);
+//   vnni_kernel(): the same block order and bits, AVX-512 VNNI for every batch (product_amx.cpp).
 // Under Products::ggml the first two run (bit-identical to ggml_mul_mat), under Products::amx the
-// third; where none applies (another type, a repacked weight, a CPU without AVX-512 VNNI) ggml's
-// own mul_mat runs.
+// third, under Products::vnni the fourth; where none applies (another type, a repacked weight, a CPU without AVX-512
+// VNNI) ggml's own mul_mat runs.
 #pragma once
 
 #include <cstddef>
@@ -39,8 +41,10 @@ struct ProductKernel {
 const ProductKernel & q4_1_kernel();
 const ProductKernel & q8_0_kernel();
 const ProductKernel & amx_kernel();
-// Whether amx_kernel()'s pack and its products of fewer than min_batch rows run here: AVX-512 VNNI
-// and BITALG (AMD Zen 4 and 5 too), no AMX needed; amx_kernel().available() is the tiles'.
+const ProductKernel & vnni_kernel();
+// Whether amx_kernel()'s pack and its products of fewer than min_batch rows run here, and so
+// vnni_kernel(): AVX-512 VNNI and BITALG (AMD Zen 4 and 5 too), no AMX needed;
+// amx_kernel().available() is the tiles'.
 bool amx_rows_available();
 
 // The kernel that runs w x under `products`, or nullptr where ggml_mul_mat runs: one that is
