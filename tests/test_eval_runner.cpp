@@ -261,7 +261,7 @@ TEST_F(EvalRunner, ByteBudgetsAndCacheTypesAreAxes) {
     Budget demote = Budget::from_bytes_ratio(0.25);
     demote.set_demotion(GGML_TYPE_Q4_0, -1.0);
     c.budgets = {{Budget::from_bytes_ratio(0.25)}, {demote}};
-    c.cache_types = {"f16", "q8_0"};
+    c.cache_types = {"f16", "q8_0", "q4_0"};  // q4_0: demoting to q4_0 frees nothing there, skipped
     const eval::RunConfig back = eval::RunConfig::from_json(c.to_json());
     EXPECT_EQ(back.cache_types, c.cache_types);
     ASSERT_EQ(back.budgets.size(), 2u);
@@ -271,14 +271,16 @@ TEST_F(EvalRunner, ByteBudgetsAndCacheTypesAreAxes) {
     for (const auto & [k, r] : rec) {
         const std::string label = r["budget_label"].get<std::string>();
         ++labels[r["method"].get<std::string>() + " " + label];
-        const bool q8 = label.find("kv q8_0") != std::string::npos;
-        EXPECT_EQ(r["cache_type_k"], q8 ? "q8_0" : "f16") << k;
-        EXPECT_EQ(r["cache_types"], q8 ? "q8_0" : "f16") << k;
+        const std::string t = label.find("kv q8_0") != std::string::npos   ? "q8_0"
+                              : label.find("kv q4_0") != std::string::npos ? "q4_0"
+                                                                           : "f16";
+        EXPECT_EQ(r["cache_type_k"], t) << k;
+        EXPECT_EQ(r["cache_types"], t) << k;
         const double bytes = r["kv_bytes_ratio"].get<double>();
         if (r["method"] == "none") {
-            EXPECT_EQ(bytes, q8 ? 34.0 / 64.0 : 1.0) << k;
-            EXPECT_EQ(r["policy"], q8 ? "q8_0 full" : "f16 full") << k;
-            if (q8) EXPECT_GT(r["fidelity"]["n_positions"].get<int64_t>(), 0) << k;
+            EXPECT_EQ(bytes, t == "q8_0" ? 34.0 / 64.0 : t == "q4_0" ? 18.0 / 64.0 : 1.0) << k;
+            EXPECT_EQ(r["policy"], t + " full") << k;
+            if (t != "f16") EXPECT_GT(r["fidelity"]["n_positions"].get<int64_t>(), 0) << k;
             continue;
         }
         EXPECT_EQ(r["budget_bytes_ratio"].get<double>(), 0.25) << k;
@@ -286,9 +288,11 @@ TEST_F(EvalRunner, ByteBudgetsAndCacheTypesAreAxes) {
         EXPECT_GT(bytes, 0.2) << k;
         const bool demoted = label.find("demote") != std::string::npos;
         EXPECT_EQ(r["rows_demoted"].get<int64_t>() > 0, demoted) << k;
-        EXPECT_EQ(r["policy"], std::string(q8 ? "q8_0" : "f16") + (demoted ? " demote q4_0" : " evict")) << k;
+        EXPECT_FALSE(demoted && t == "q4_0") << k;
+        EXPECT_EQ(r["policy"], t + (demoted ? " demote q4_0" : " evict")) << k;
     }
-    EXPECT_EQ(labels.size(), 10u);  // per cache type: the full cache and 2 methods x 2 budgets
+    // f16 and q8_0: the full cache and 2 methods x 2 budgets; q4_0: the full cache and 2 methods x 1
+    EXPECT_EQ(labels.size(), 13u);
     for (const auto & [l, n] : labels) EXPECT_EQ(n, labels["none full"]) << l;
     std::vector<nlohmann::json> recs;
     for (const auto & [k, r] : rec) recs.push_back(r);

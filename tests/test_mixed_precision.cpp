@@ -193,6 +193,15 @@ TEST_F(MixedPrecision, BadBudgetsAreRefused) {
     auto press = make_press("knorm", {}, model());
     KvStore c = p.cache.copy();
     EXPECT_THROW(compress(*press, c, Budget::from_ratio(0.5), 0), Error);
+    // demoting to a type that is not smaller than the cache's K and V rows frees nothing
+    EXPECT_FALSE(demotion_saves(GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, 64));
+    EXPECT_FALSE(demotion_saves(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q8_0, 64));
+    EXPECT_TRUE(demotion_saves(GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q4_0, 64));
+    ContextSession q4(engine, {{"knorm", {}}},
+                      SessionOptions{0, 0, nullptr, CacheTypes{GGML_TYPE_Q4_0, GGML_TYPE_Q4_0}});
+    q4.prefill(context());
+    EXPECT_THROW(q4.compress(0, bytes(0.2, GGML_TYPE_Q4_0)), Error);
+    EXPECT_NO_THROW(q4.compress(0, Budget::from_bytes_ratio(0.2)));
 }
 
 }  // namespace

@@ -59,6 +59,9 @@ ggml_type parse_cache_type(const std::string & name);
 const char * cache_type_name(ggml_type t);
 // Bytes of one row of head_dim values of type t.
 uint64_t cache_row_bytes(ggml_type t, int32_t head_dim);
+// Whether demoting rows of K type k and V type v to `low` frees bytes: a low row smaller than
+// both (q4_0 below q8_0 and f16, q8_0 below f16).
+bool demotion_saves(ggml_type k, ggml_type v, ggml_type low, int32_t head_dim);
 
 // Kept row indices per layer and KV head: keep[il][h] = ascending row indices.
 using KeepPlan = std::vector<std::vector<std::vector<int32_t>>>;

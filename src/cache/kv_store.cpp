@@ -53,6 +53,11 @@ uint64_t cache_row_bytes(ggml_type t, int32_t head_dim) {
     return ggml_row_size(t, head_dim);
 }
 
+bool demotion_saves(ggml_type k, ggml_type v, ggml_type low, int32_t head_dim) {
+    const uint64_t l = cache_row_bytes(low, head_dim);
+    return l < cache_row_bytes(k, head_dim) && l < cache_row_bytes(v, head_dim);
+}
+
 KvStore::KvStore(const HParams & hp, ggml_backend * backend, CacheTypes types)
     : hp_(hp), backend_(backend), n_head_kv_(hp.n_head_kv), head_dim_(hp.head_dim), types_(types) {
     if (types.mixed() && types.low != GGML_TYPE_Q8_0 && types.low != GGML_TYPE_Q4_0)

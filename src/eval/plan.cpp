@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "eval/report.h"
+#include "kvlab/cache.h"
 #include "kvlab/error.h"
 #include "kvlab/press.h"
 
@@ -64,8 +65,15 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
         parse_types(t);
         const std::string suffix = t == "f16" ? "" : " kv " + t;
         plan.configs.push_back({"none", "full" + suffix, -1, {}, t, t + " full"});
+        const auto [k, v] = parse_types(t);
         for (size_t m = 0; m < cfg.methods.size(); ++m)
             for (const auto & b : cfg.budgets) {
+                if (b.b.demotes() && !demotion_saves(k, v, b.b.demote, model.hparams().head_dim)) {
+                    if (m == 0)
+                        std::fprintf(stderr, "[eval] skipped: %s in a %s cache (demoting frees nothing there)\n",
+                                     b.label().c_str(), t.c_str());
+                    continue;
+                }
                 plan.configs.push_back(
                     {cfg.methods[m].name, b.label() + suffix, int(m), b, t, precision_policy(t, b.b)});
             }

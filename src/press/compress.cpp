@@ -148,6 +148,11 @@ CompressStats compress(Press & press, KvStore & cache, const Budget & budget, in
     st.used_before = cache.used_bytes();
     if (cache.total_low_rows() > 0)
         throw Error("press", press.name() + ": the cache already holds demoted rows (compress the full cache)");
+    if (budget.demotes() && !demotion_saves(cache.types().k, cache.types().v, budget.demote, cache.head_dim()))
+        throw Error("press",
+                    std::string("demoting to ") + cache_type_name(budget.demote) + " frees nothing in a cache of " +
+                        cache_type_name(cache.types().k) + " K / " + cache_type_name(cache.types().v) +
+                        " V rows: demote to a type smaller than both (q4_0 below q8_0 or f16, q8_0 below f16)");
     double t0 = now_seconds();
     Budget rows = budget;  // the budget in rows the method plans for
     if (budget.by_bytes()) {

@@ -126,6 +126,14 @@ ContextRequest parse_context_request(const nlohmann::json & b, CacheTypes defaul
         }
         r.cache_types = t;
     }
+    const CacheTypes t = r.cache_types.value_or(default_types);
+    // per block of 32 values: the types' order is the same at every head_dim they allow
+    if (r.demotes && !demotion_saves(t.k, t.v, r.budget.demote, 32))
+        throw ApiError(400,
+                       std::string("demoting to ") + cache_type_name(r.budget.demote) +
+                           " frees nothing in a cache of " + cache_type_name(t.k) + " K / " + cache_type_name(t.v) +
+                           " V rows: demote to a type smaller than both",
+                       "demote");
     return r;
 }
 

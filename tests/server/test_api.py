@@ -242,6 +242,8 @@ class BadRequests(unittest.TestCase):
                 ("POST", "/v1/contexts", {"text": "x", "method": "snapkv", "bytes_ratio": 0.5, "demote": "q4_0",
                                           "high_share": 2}, 400, "high_share"),
                 ("POST", "/v1/contexts", {"text": "x", "demote": "q4_0"}, 400, "method"),
+                ("POST", "/v1/contexts", {"text": "x", "method": "snapkv", "bytes_ratio": 0.5, "demote": "q4_0",
+                                          "cache_type_k": "q4_0", "cache_type_v": "q4_0"}, 400, "demote"),
                 ("POST", "/v1/contexts", {"text": "x", "method": "snapkv"}, 400, "ratio"),
                 ("POST", "/v1/contexts", {"text": 3}, 400, "text"),
                 ("POST", "/v1/contexts", {"text": "x", "method": "zip"}, 400, "method"),  # named before its budget
