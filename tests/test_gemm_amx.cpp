@@ -47,13 +47,15 @@ Problem make(ggml_type type, int64_t K, int64_t N, int64_t M, unsigned seed) {
 
 // kvlab's product of rows [m0, m0 + M) of x by kernel k (amx_kernel or vnni_kernel), each
 // thread's share computed in turn.
+// w: the weights as k reads them (null: p.w).
 std::vector<float> kvlab_product(const Problem & p, int64_t m0, int64_t M, int nth,
-                                 const kernels::ProductKernel & k = kernels::vnni_kernel()) {
+                                 const kernels::ProductKernel & k = kernels::vnni_kernel(),
+                                 const uint8_t * w = nullptr) {
     std::vector<uint8_t> packed(k.packed_bytes(p.K, M));
     for (int ith = 0; ith < nth; ++ith) k.pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth);
     std::vector<float> out(size_t(p.N * M), NAN);
     for (int ith = 0; ith < nth; ++ith)
-        k.product(p.type, p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth);
+        k.product(p.type, w ? w : p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth);
     return out;
 }
 
@@ -238,6 +240,51 @@ TEST_P(GemmAmx, SameBitsWhateverTheBatch) {
     for (int nth : {1, 3}) expect_rows(kvlab_product(p, 0, p.M, nth, amx), 0, p.M, "amx tiles");
     for (int64_t m = 0; m + 16 <= p.M; m += 16) expect_rows(kvlab_product(p, m, 16, 2, amx), m, 16, "amx 16 rows");
     for (int64_t m = 0; m < p.M; m += 7) expect_rows(kvlab_product(p, m, 1, 2, amx), m, 1, "amx single row");
+}
+
+// Weights packed into 16-row panels (the layout a model's projections take under amx / vnni):
+// the same bytes rearranged, so the same output bits as from the GGUF layout, for decode rows,
+// small batches and batches, at 1 and 3 threads; and the packed tensor keeps its size.
+TEST_P(GemmAmx, PanelsGiveTheSameBits) {
+    const Problem p = make(GetParam(), 576, 192, 100, 17);
+    ggml_init_params ip = {p.w.size() + 2 * ggml_tensor_overhead() + 4096, nullptr, false};
+    ggml_context_ptr ctx(ggml_init(ip));
+    ggml_tensor * t = ggml_new_tensor_2d(ctx.get(), p.type, p.K, p.N);
+    ASSERT_EQ(ggml_nbytes(t), p.w.size());
+    std::memcpy(t->data, p.w.data(), p.w.size());
+    ASSERT_TRUE(kernels::panels_available(t));
+    kernels::pack_panels(t);
+    const uint8_t * packed = static_cast<const uint8_t *>(t->data);
+    EXPECT_NE(std::memcmp(packed, p.w.data(), p.w.size()), 0) << "the layout changed";
+    for (const kernels::ProductKernel * k : kernels_for(p.M)) {
+        const kernels::ProductKernel & kp =
+            k == &kernels::vnni_kernel() ? kernels::vnni_kernel(true) : kernels::amx_kernel(true);
+        for (const auto & [m0, M] :
+             std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {7, 1}, {3, 5}, {10, 15}, {0, 100}, {20, 37}})
+            for (int nth : {1, 3}) {
+                const std::vector<float> a = kvlab_product(p, m0, M, nth, *k),
+                                         b = kvlab_product(p, m0, M, nth, kp, packed);
+                EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+                    << k->name << " rows " << m0 << ".." << m0 + M << " threads " << nth;
+            }
+    }
+    if (p.type == GGML_TYPE_Q8_0) {  // a tied embedding table's rows: ggml's dequantized floats
+        const std::vector<int32_t> ids = {0, 5, 15, 16, 100, 191};
+        std::vector<float> got(ids.size() * size_t(p.K)), want(size_t(p.K));
+        kernels::panel_rows(t, ids.data(), int64_t(ids.size()), got.data(), p.K);
+        for (size_t i = 0; i < ids.size(); ++i) {
+            ggml_get_type_traits(p.type)->to_float(p.w.data() + size_t(ids[i]) * p.row_bytes(), want.data(), p.K);
+            EXPECT_EQ(std::memcmp(got.data() + i * size_t(p.K), want.data(), want.size() * sizeof(float)), 0)
+                << "row " << ids[i];
+        }
+    } else {
+        const int32_t id = 0;
+        std::vector<float> row(size_t(p.K));
+        EXPECT_THROW(kernels::panel_rows(t, &id, 1, row.data(), p.K), Error);
+    }
+    ggml_tensor * odd = ggml_new_tensor_2d(ctx.get(), p.type, 32, 8);  // no whole panel
+    EXPECT_FALSE(kernels::panels_available(odd));
+    EXPECT_THROW(kernels::pack_panels(odd), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(, GemmAmx, ::testing::Values(GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0),

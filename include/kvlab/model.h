@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "ggml-cpp.h"
@@ -98,6 +99,9 @@ public:
     bool auto_threads() const;
     uint64_t weight_bytes() const;
     int n_repacked() const { return n_repacked_; }  // weight matrices in ggml's repacked layouts
+    // The weight matrices packed into the block-order kernels' 16-row panels (`--products amx|vnni`
+    // without `--no-repack`; kernels/products.h): only those kernels read them.
+    const std::unordered_set<const ggml_tensor *> & panels() const { return panels_; }
     Products products() const { return products_; }
     double load_seconds() const { return load_seconds_; }
     std::string backend_name() const;
@@ -112,6 +116,7 @@ private:
     ggml_backend_buffer_ptr repacked_;  // the products' weights in a repacked layout (may be null)
     ggml_backend_buffer_ptr buffer_;    // the other weights
     int n_repacked_ = 0;
+    std::unordered_set<const ggml_tensor *> panels_;
     Products products_ = Products::ggml;
     std::string hash_cache_dir_;
     struct Sha;

@@ -374,7 +374,8 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     const AttentionFn attention = [&store](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
         return store(il, q, k, v);
     };
-    ggml_tensor * logits = model_.arch().build_graph(GraphContext{ctx.get(), gf, hp, model_.products(), in, attention});
+    ggml_tensor * logits =
+        model_.arch().build_graph(GraphContext{ctx.get(), gf, hp, model_.products(), in, attention, &model_.panels()});
     ggml_set_output(logits);
 
     // ggml's allocator reuses its last plan for a graph of the same shape without looking at

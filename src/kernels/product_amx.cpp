@@ -218,30 +218,55 @@ struct Q4_1 {  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles; value = nibble 
     static constexpr size_t block = 20;
     static constexpr int offset = 0;
     static constexpr bool minima = true, high_bits = false;
+    static constexpr int at = 4, n_raw = 4;  // the values' bytes in a block; raw vectors per panel block
+    static constexpr size_t h_at = 0, d_at = 256, m_at = 288;  // in a panel block (see Panels)
     static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars &, __m512i (&q)[8]) {
         __m512i o[4];
-        row_dwords(b, w_row_bytes, R, 4, true, o);
+        row_dwords(b, w_row_bytes, R, at, true, o);
+        nibbles(o, q);
+    }
+    static void raw(const uint8_t * b, size_t w_row_bytes, const Scalars & s, __m512i (&o)[8]) {
+        row_dwords(b, w_row_bytes, 16, at, false, reinterpret_cast<__m512i(&)[4]>(o));
+    }
+    static void panel_values(const uint8_t * pb, __m512i (&q)[8]) {
+        const __m512i o[4] = {_mm512_loadu_si512(pb), _mm512_loadu_si512(pb + 64), _mm512_loadu_si512(pb + 128),
+                              _mm512_loadu_si512(pb + 192)};
         nibbles(o, q);
     }
 };
+
+// Q5_0's high bits (hv: the 16 rows' 32 bits) into the nibbles q: byte i of lane n of q[g] gets
+// bit 4g + i of row n's high bits: two rows' h per 64-bit lane, so bytes 4..7 of a lane take
+// bits 32 + 4g + i - 4 (the odd row's).
+inline void add_high_bits(__m512i hv, __m512i (&q)[8]) {
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    for (int g = 0; g < 8; ++g) {
+        const uint64_t lo = 0x03020100u + 0x04040404u * uint64_t(g);
+        const __mmask64 k = _mm512_bitshuffle_epi64_mask(hv, _mm512_set1_epi64(int64_t(lo | (lo + 0x20202020u) << 32)));
+        q[g] = _mm512_mask_add_epi8(q[g], k, q[g], bit4);  // the nibble + 16: its bit 4 set
+    }
+}
 
 struct Q5_0 {  // block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; value = (nibble | bit << 4) - 16
     static constexpr size_t block = 22;
     static constexpr int offset = 16;
     static constexpr bool minima = false, high_bits = true;
+    static constexpr int at = 6, n_raw = 4;
+    static constexpr size_t h_at = 256, d_at = 320, m_at = 0;
     static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars & s, __m512i (&q)[8]) {
         __m512i o[4];
-        row_dwords(b, w_row_bytes, R, 6, true, o);
+        row_dwords(b, w_row_bytes, R, at, true, o);
         nibbles(o, q);
-        // byte i of lane n of q[g] gets bit 4g + i of row n's high bits: two rows' h per 64-bit
-        // lane, so bytes 4..7 of a lane take bits 32 + 4g + i - 4 (the odd row's)
-        const __m512i hv = _mm512_load_si512(s.h), bit4 = _mm512_set1_epi8(0x10);
-        for (int g = 0; g < 8; ++g) {
-            const uint64_t lo = 0x03020100u + 0x04040404u * uint64_t(g);
-            const __mmask64 k =
-                _mm512_bitshuffle_epi64_mask(hv, _mm512_set1_epi64(int64_t(lo | (lo + 0x20202020u) << 32)));
-            q[g] = _mm512_mask_add_epi8(q[g], k, q[g], bit4);  // the nibble + 16: its bit 4 set
-        }
+        add_high_bits(_mm512_load_si512(s.h), q);
+    }
+    static void raw(const uint8_t * b, size_t w_row_bytes, const Scalars & s, __m512i (&o)[8]) {
+        row_dwords(b, w_row_bytes, 16, at, false, reinterpret_cast<__m512i(&)[4]>(o));
+    }
+    static void panel_values(const uint8_t * pb, __m512i (&q)[8]) {
+        const __m512i o[4] = {_mm512_loadu_si512(pb), _mm512_loadu_si512(pb + 64), _mm512_loadu_si512(pb + 128),
+                              _mm512_loadu_si512(pb + 192)};
+        nibbles(o, q);
+        add_high_bits(_mm512_loadu_si512(pb + h_at), q);
     }
 };
 
@@ -249,6 +274,8 @@ struct Q8_0 {  // block_q8_0: f16 d, 32 int8
     static constexpr size_t block = 34;
     static constexpr int offset = 128;
     static constexpr bool minima = false, high_bits = false;
+    static constexpr int n_raw = 8;
+    static constexpr size_t h_at = 0, d_at = 512, m_at = 0;
     static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars &, __m512i (&q)[8]) {
         const __m512i flip = _mm512_set1_epi8(char(0x80));
         __m512i lo[4], hi[4];
@@ -259,7 +286,59 @@ struct Q8_0 {  // block_q8_0: f16 d, 32 int8
             q[g + 4] = _mm512_xor_si512(hi[g], flip);
         }
     }
+    static void raw(const uint8_t * b, size_t w_row_bytes, const Scalars & s, __m512i (&o)[8]) {
+        values(b, w_row_bytes, 16, s, o);
+    }
+    static void panel_values(const uint8_t * pb, __m512i (&q)[8]) {
+        for (int g = 0; g < 8; ++g) q[g] = _mm512_loadu_si512(pb + 64 * g);
+    }
 };
+
+// Weights rewritten in place into 16-row panels (--products amx|vnni, kvlab::Model): panel p (rows
+// 16p..16p+15) starts where its first row did, and holds per block ib, in 16 x the block's bytes
+// (panel block ib at 16 * ib * W::block): the values as the kernels read them (W::n_raw vectors
+// of 16 rows' dwords: Q4_1's and Q5_0's nibble bytes, Q8_0's values + 128), then the rows' f16
+// scales (d_at), Q4_1's f16 minima (m_at), Q5_0's high bits (h_at). The same bytes as the blocks,
+// read as 64-byte vectors in order instead of gathered from 16 rows: the same products, bit for bit.
+template <class W>
+inline const uint8_t * panel_block(const uint8_t * panel, int64_t ib) {
+    return panel + size_t(ib) * 16 * W::block;
+}
+
+template <class W>
+inline __m512 panel_d(const uint8_t * pb) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(pb + W::d_at)));
+}
+
+template <class W>
+inline __m512 panel_m(const uint8_t * pb) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(pb + W::m_at)));
+}
+
+template <class W>
+void pack_panels_of(uint8_t * data, size_t row_bytes, int64_t K, int64_t N) {
+    const int64_t nb = K / k_qk;
+    std::vector<uint8_t> rows(16 * row_bytes);
+    for (int64_t n0 = 0; n0 < N; n0 += 16) {
+        uint8_t * panel = data + n0 * row_bytes;
+        std::memcpy(rows.data(), panel, rows.size());
+        Scalars s;
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            const uint8_t * b = rows.data() + ib * W::block;
+            s.read<W>(b, row_bytes, 16);
+            __m512i o[8];
+            W::raw(b, row_bytes, s, o);
+            uint8_t * pb = panel + size_t(ib) * 16 * W::block;
+            for (int g = 0; g < W::n_raw; ++g) _mm512_storeu_si512(pb + 64 * g, o[g]);
+            const __m512i a = _mm512_load_si512(s.a);
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(pb + W::d_at), _mm512_cvtepi32_epi16(a));
+            if constexpr (W::minima)
+                _mm256_storeu_si256(reinterpret_cast<__m256i *>(pb + W::m_at),
+                                    _mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16)));
+            if constexpr (W::high_bits) _mm512_storeu_si512(pb + W::h_at, _mm512_load_si512(s.h));
+        }
+    }
+}
 
 // For each block ib of 16 rows (w: row 0's first block), in order: f(ib, values, scalars), the
 // values as W::values gives them; each block's scalars read a block ahead (see Scalars).
@@ -292,6 +371,22 @@ struct Panel {
             _mm512_store_ps(&d[ib * k_panel], s.d());
             _mm512_store_ps(&m[ib * k_panel], s.m());
         });
+    }
+
+    // The same from a panel of packed weights (pack_panels_of).
+    template <class W>
+    void unpack_panel(const uint8_t * panel, int64_t nb) {
+        q.resize(size_t(nb) * 512);
+        d.resize(size_t(nb) * k_panel);
+        m.resize(size_t(nb) * k_panel);
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            const uint8_t * pb = panel_block<W>(panel, ib);
+            __m512i v[8];
+            W::panel_values(pb, v);
+            for (int g = 0; g < 8; ++g) _mm512_storeu_si512(&q[size_t(ib) * 512 + g * 64], v[g]);
+            _mm512_store_ps(&d[ib * k_panel], panel_d<W>(pb));
+            _mm512_store_ps(&m[ib * k_panel], W::minima ? panel_m<W>(pb) : _mm512_setzero_ps());
+        }
     }
 };
 
@@ -328,6 +423,28 @@ void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const P
         }
     });
     for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
+}
+
+// rows_vnni over a panel of packed weights (16 rows): the same operations on the same values.
+template <class W>
+void rows_panel(const uint8_t * panel, int64_t nb, const Packed & y, int64_t M, int64_t K, float * dst,
+                int64_t dst_stride) {
+    __m512 acc[k_min_batch];
+    for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ++ib) {
+        const uint8_t * pb = panel_block<W>(panel, ib);
+        __m512i q[8];
+        W::panel_values(pb, q);
+        const __m512 dw = panel_d<W>(pb), mw = W::minima ? panel_m<W>(pb) : _mm512_setzero_ps();
+        for (int64_t mrow = 0; mrow < M; ++mrow) {
+            int32_t g4[8];
+            std::memcpy(g4, y.qs + mrow * K + ib * k_qk, 32);
+            __m512i sum = _mm512_setzero_si512();
+            for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, q[g], _mm512_set1_epi32(g4[g]));
+            acc[mrow] = step<W>(acc[mrow], sum, dw, mw, y.d[ib * M + mrow], y.s[ib * M + mrow], y.q[ib * M + mrow]);
+        }
+    }
+    for (int64_t mrow = 0; mrow < M; ++mrow) _mm512_storeu_ps(dst + mrow * dst_stride, acc[mrow]);
 }
 
 // A panel against T activation rows m0.. by AVX-512 VNNI (the batch path where there are no AMX
@@ -519,10 +636,10 @@ bool request_tiles() {
 #endif  // KVLAB_AMX
 
 // tiles: batches of k_min_batch rows and more on the AMX tiles (amx_kernel), else by VNNI
-// (vnni_kernel).
+// (vnni_kernel); panels: w packed into panels (pack_panels_of; N a multiple of 16).
 template <class W>
-void product_of(bool tiles, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-                int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+void product_of(bool tiles, bool panels, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N,
+                const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
     const int64_t nb = K / k_qk, Mp = padded_rows(M);
     const Packed y(packed, K, Mp);
     const int64_t n_panels = (N + k_panel - 1) / k_panel;
@@ -532,16 +649,25 @@ void product_of(bool tiles, const uint8_t * w, size_t w_row_bytes, int64_t K, in
         for (int64_t ip = p0; ip < p1; ++ip) {
             const int64_t n0 = ip * k_panel;
             const int R = int(std::min<int64_t>(k_panel, N - n0));
-            rows_vnni<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
+            if (panels)
+                rows_panel<W>(w + n0 * w_row_bytes, nb, y, M, K, dst + n0, dst_stride);
+            else
+                rows_vnni<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
         }
         return;
     }
+    thread_local Panel panel;
+    const auto unpack = [&](int64_t n0, int R) {
+        if (panels)
+            panel.unpack_panel<W>(w + n0 * w_row_bytes, nb);
+        else
+            panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+    };
     if (!tiles) {
-        thread_local Panel panel;
         for (int64_t ip = p0; ip < p1; ++ip) {
             const int64_t n0 = ip * k_panel;
             const int R = int(std::min<int64_t>(k_panel, N - n0));
-            panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+            unpack(n0, R);
             panel_vnni<W>(panel, nb, y, Mp, K, M, dst + n0, dst_stride, R);
         }
         return;
@@ -549,12 +675,11 @@ void product_of(bool tiles, const uint8_t * w, size_t w_row_bytes, int64_t K, in
 #ifdef KVLAB_AMX
     static const TileConfig cfg;
     _tile_loadconfig(&cfg);
-    thread_local Panel panel;
     thread_local typename PanelProduct<W>::Sums sums[2];
     for (int64_t ip = p0; ip < p1; ++ip) {
         const int64_t n0 = ip * k_panel;
         const int R = int(std::min<int64_t>(k_panel, N - n0));
-        panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+        unpack(n0, R);
         PanelProduct<W>(panel, nb, y, Mp, K, sums).run(dst + n0, dst_stride, M, R);
     }
     _tile_release();
@@ -578,28 +703,57 @@ bool rows_available() {
     return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bitalg");
 }
 
-void product_with(bool tiles, ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N,
+void product_with(bool tiles, bool panels, ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N,
                   const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
     switch (type) {
         case GGML_TYPE_Q4_1:
-            return product_of<Q4_1>(tiles, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q4_1>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         case GGML_TYPE_Q5_0:
-            return product_of<Q5_0>(tiles, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q5_0>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         case GGML_TYPE_Q8_0:
-            return product_of<Q8_0>(tiles, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q8_0>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         default:
             throw Error("internal", std::string("[products] block order: no kernel for ") + ggml_type_name(type));
     }
 }
 
+template <bool Tiles, bool Panels>
 void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
              int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
-    product_with(true, type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+    product_with(Tiles, Panels, type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
 }
 
-void product_vnni(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-                  int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
-    product_with(false, type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+// Row n of a Q8_0 matrix packed into panels, dequantized as ggml's dequantize_row_q8_0 does
+// (value x scale, one float product each: the same floats).
+void q8_0_panel_row(const uint8_t * data, size_t row_bytes, int64_t K, int64_t n, float * out) {
+    const uint8_t * panel = data + (n / k_panel) * k_panel * row_bytes;
+    const int r = int(n % k_panel);
+    for (int64_t ib = 0; ib < K / k_qk; ++ib) {
+        const uint8_t * pb = panel_block<Q8_0>(panel, ib);
+        uint16_t h;
+        std::memcpy(&h, pb + Q8_0::d_at + 2 * r, 2);
+        const float d = _cvtsh_ss(h);
+        for (int j = 0; j < k_qk; ++j) out[ib * k_qk + j] = float(int8_t(pb[64 * (j / 4) + 4 * r + j % 4] ^ 0x80)) * d;
+    }
+}
+
+bool panels_fit(const ggml_tensor * w) {
+    return supports(w->type) && ggml_n_dims(w) == 2 && w->ne[0] % k_qk == 0 && w->ne[1] % k_panel == 0 &&
+           w->nb[1] == ggml_row_size(w->type, w->ne[0]);
+}
+
+void pack_panels_in_place(ggml_tensor * w) {
+    uint8_t * data = static_cast<uint8_t *>(w->data);
+    switch (w->type) {
+        case GGML_TYPE_Q4_1:
+            return pack_panels_of<Q4_1>(data, w->nb[1], w->ne[0], w->ne[1]);
+        case GGML_TYPE_Q5_0:
+            return pack_panels_of<Q5_0>(data, w->nb[1], w->ne[0], w->ne[1]);
+        case GGML_TYPE_Q8_0:
+            return pack_panels_of<Q8_0>(data, w->nb[1], w->ne[0], w->ne[1]);
+        default:
+            throw Error("internal", std::string("[products] panels: no layout for ") + ggml_type_name(w->type));
+    }
 }
 
 #else
@@ -613,10 +767,14 @@ bool rows_available() {
 }
 
 void pack(const float *, int64_t, int64_t, int64_t, uint8_t *, int, int) {}
+template <bool Tiles, bool Panels>
 void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
              int) {}
-void product_vnni(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
-                  int) {}
+void q8_0_panel_row(const uint8_t *, size_t, int64_t, int64_t, float *) {}
+bool panels_fit(const ggml_tensor *) {
+    return false;
+}
+void pack_panels_in_place(ggml_tensor *) {}
 
 #endif
 
@@ -626,14 +784,33 @@ bool amx_rows_available() {
     return rows_available();
 }
 
-const ProductKernel & amx_kernel() {
-    static const ProductKernel k = {"amx", k_min_batch, available, supports, packed_bytes, pack, product};
-    return k;
+const ProductKernel & amx_kernel(bool panels) {
+    static const ProductKernel k = {"amx", k_min_batch, available, supports, packed_bytes, pack, product<true, false>};
+    static const ProductKernel kp = {"amx", k_min_batch, available, supports, packed_bytes, pack, product<true, true>};
+    return panels ? kp : k;
 }
 
-const ProductKernel & vnni_kernel() {
-    static const ProductKernel k = {"vnni", k_min_batch, rows_available, supports, packed_bytes, pack, product_vnni};
-    return k;
+const ProductKernel & vnni_kernel(bool panels) {
+    static const ProductKernel k = {"vnni",       k_min_batch, rows_available,       supports,
+                                    packed_bytes, pack,        product<false, false>};
+    static const ProductKernel kp = {"vnni",       k_min_batch, rows_available,      supports,
+                                     packed_bytes, pack,        product<false, true>};
+    return panels ? kp : k;
+}
+
+bool panels_available(const ggml_tensor * w) {
+    return rows_available() && panels_fit(w);
+}
+
+void panel_rows(const ggml_tensor * w, const int32_t * ids, int64_t n, float * out, int64_t out_stride) {
+    if (w->type != GGML_TYPE_Q8_0) throw Error("internal", std::string("[products] panels: no rows of ") + w->name);
+    for (int64_t i = 0; i < n; ++i)
+        q8_0_panel_row(static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], ids[i], out + i * out_stride);
+}
+
+void pack_panels(ggml_tensor * w) {
+    if (!panels_available(w)) throw Error("internal", std::string("[products] panels: cannot pack ") + w->name);
+    pack_panels_in_place(w);
 }
 
 }  // namespace kvlab::kernels

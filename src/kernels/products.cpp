@@ -132,7 +132,12 @@ bool plain_operands(const ggml_tensor * w, const ggml_tensor * x) {
 
 }  // namespace
 
-const ProductKernel * product_kernel(Products products, const ggml_tensor * w, const ggml_tensor * x) {
+const ProductKernel * product_kernel(Products products, const ggml_tensor * w, const ggml_tensor * x,
+                                     const PanelSet * panels) {
+    if (panels && panels->count(w)) {
+        if (!plain_operands(w, x)) return nullptr;
+        return products == Products::amx ? &amx_kernel(true) : &vnni_kernel(true);
+    }
     if (!plain_operands(w, x)) return nullptr;
     const ProductKernel * candidates[2] = {&q4_1_kernel(), &q8_0_kernel()};
     if (products == Products::amx) candidates[0] = candidates[1] = &amx_kernel();
@@ -142,25 +147,66 @@ const ProductKernel * product_kernel(Products products, const ggml_tensor * w, c
     return nullptr;
 }
 
-ggml_tensor * mul_mat(ggml_context * ctx, Products products, ggml_tensor * w, ggml_tensor * x) {
-    const ProductKernel * k = product_kernel(products, w, x);
+namespace {
+
+// x as the kernels take it where w is packed into panels (ggml's mul_mat cannot read w).
+ggml_tensor * plain_for_panels(ggml_context * ctx, const ggml_tensor * w, ggml_tensor * x, const PanelSet * panels) {
+    if (!panels || !panels->count(w) || plain_operands(w, x)) return x;
+    if (x->type == GGML_TYPE_F32 && x->ne[0] == w->ne[0]) {
+        ggml_tensor * c = ggml_cont_2d(ctx, x, x->ne[0], ggml_nelements(x) / x->ne[0]);
+        if (plain_operands(w, c)) return c;
+    }
+    throw Error("internal", std::string("[products] ") + w->name + " is packed into panels and x is not an F32 matrix");
+}
+
+}  // namespace
+
+namespace {
+
+// src: w (panels), ids; tokens split over threads.
+void op_panel_rows(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor * ids = dst->src[1];
+    const int64_t n = ids->ne[0], i0 = n * ith / nth, i1 = n * (ith + 1) / nth;
+    panel_rows(dst->src[0], static_cast<const int32_t *>(ids->data) + i0, i1 - i0,
+               static_cast<float *>(dst->data) + i0 * row_stride(dst), row_stride(dst));
+}
+
+}  // namespace
+
+ggml_tensor * get_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * ids, const PanelSet * panels) {
+    if (!panels || !panels->count(w)) return ggml_get_rows(ctx, w, ids);
+    if (ids->type != GGML_TYPE_I32 || ggml_n_dims(ids) != 1)
+        throw Error("internal", std::string("[products] rows of ") + w->name + ": ids must be an I32 vector");
+    ggml_tensor * src[2] = {w, ids};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[0], ids->ne[0], 1, 1, src, 2, op_panel_rows, GGML_N_TASKS_MAX,
+                          nullptr);
+}
+
+ggml_tensor * mul_mat(ggml_context * ctx, Products products, ggml_tensor * w, ggml_tensor * x,
+                      const PanelSet * panels) {
+    x = plain_for_panels(ctx, w, x, panels);
+    const ProductKernel * k = product_kernel(products, w, x, panels);
     if (!k) return ggml_mul_mat(ctx, w, x);
     if (x->ne[1] < k->min_batch) return direct_node(ctx, *k, w, x);
     return product_node(ctx, *k, w, pack_node(ctx, *k, x), x);
 }
 
 void mul_mats(ggml_context * ctx, Products products, ggml_tensor * const * w, ggml_tensor ** out, int n,
-              ggml_tensor * x) {
-    const ProductKernel * k = product_kernel(products, w[0], x);
+              ggml_tensor * x, const PanelSet * panels) {
+    const ProductKernel * k = product_kernel(products, w[0], x, panels);
+    // one pack serves every kernel of the block order (panels or not: the same activations)
+    const auto same_pack = [&](const ProductKernel * a, const ProductKernel * b) {
+        return a == b || (a && b && a->pack == b->pack && a->packed_bytes == b->packed_bytes);
+    };
     const bool shared = k && x->ne[1] >= k->min_batch && std::all_of(w + 1, w + n, [&](const ggml_tensor * wi) {
-                            return product_kernel(products, wi, x) == k;
+                            return same_pack(product_kernel(products, wi, x, panels), k);
                         });
     if (!shared) {
-        for (int i = 0; i < n; ++i) out[i] = mul_mat(ctx, products, w[i], x);
+        for (int i = 0; i < n; ++i) out[i] = mul_mat(ctx, products, w[i], x, panels);
         return;
     }
     ggml_tensor * packed = pack_node(ctx, *k, x);
-    for (int i = 0; i < n; ++i) out[i] = product_node(ctx, *k, w[i], packed, x);
+    for (int i = 0; i < n; ++i) out[i] = product_node(ctx, *product_kernel(products, w[i], x, panels), w[i], packed, x);
 }
 
 }  // namespace kvlab::kernels

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_set>
 
 #include "ggml.h"
 #include "kvlab/kernels.h"
@@ -40,24 +41,47 @@ struct ProductKernel {
 
 const ProductKernel & q4_1_kernel();
 const ProductKernel & q8_0_kernel();
-const ProductKernel & amx_kernel();
-const ProductKernel & vnni_kernel();
+// panels: the kernel that reads weights packed by pack_panels.
+const ProductKernel & amx_kernel(bool panels = false);
+const ProductKernel & vnni_kernel(bool panels = false);
 // Whether amx_kernel()'s pack and its products of fewer than min_batch rows run here, and so
 // vnni_kernel(): AVX-512 VNNI and BITALG (AMD Zen 4 and 5 too), no AMX needed;
 // amx_kernel().available() is the tiles'.
 bool amx_rows_available();
 
+// The block-order kernels' weight layout (product_amx.cpp): 16-row panels, rewritten in place in
+// the same bytes, each panel block's values, scales and minima read as whole vectors (decode
+// streams them instead of gathering 16 rows' blocks). Only for weights that nothing else reads:
+// ggml's own mul_mat cannot read them. panels_available: a Q4_1, Q5_0 or Q8_0 2-D matrix with
+// whole 16-row panels, contiguous, on a CPU that runs the block order.
+bool panels_available(const ggml_tensor * w);
+void pack_panels(ggml_tensor * w);
+// Rows ids[0..n) of a Q8_0 matrix packed into panels (a tied embedding table), dequantized to
+// the floats of ggml_get_rows; row i at out + i * out_stride.
+void panel_rows(const ggml_tensor * w, const int32_t * ids, int64_t n, float * out, int64_t out_stride);
+
+// Which weights were packed into panels (pack_panels), for the graphs to pick the kernels that
+// read them.
+using PanelSet = std::unordered_set<const ggml_tensor *>;
+
 // The kernel that runs w x under `products`, or nullptr where ggml_mul_mat runs: one that is
 // available and supports w's type, w 2-D in a plain host buffer (not repacked), x F32 2-D with
-// contiguous rows as long as w's.
-const ProductKernel * product_kernel(Products products, const ggml_tensor * w, const ggml_tensor * x);
+// contiguous rows as long as w's. For a weight in `panels` (null: none), the block-order kernel
+// that reads them.
+const ProductKernel * product_kernel(Products products, const ggml_tensor * w, const ggml_tensor * x,
+                                     const PanelSet * panels = nullptr);
+
+// Rows of w [K, N] for ids I32 [n] -> F32 [K, n]: ggml_get_rows, or panel_rows for w in panels.
+ggml_tensor * get_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * ids, const PanelSet * panels = nullptr);
 
 // w [K, N] (any type) times x F32 [K, M] -> F32 [N, M]: ggml_mul_mat's result, computed by
-// product_kernel(products, w, x) where one applies.
-ggml_tensor * mul_mat(ggml_context * ctx, Products products, ggml_tensor * w, ggml_tensor * x);
+// product_kernel(products, w, x, panels) where one applies; a weight in `panels` always by its
+// kernel (x made contiguous F32 first where it is not).
+ggml_tensor * mul_mat(ggml_context * ctx, Products products, ggml_tensor * w, ggml_tensor * x,
+                      const PanelSet * panels = nullptr);
 // out[i] = w[i] x for n weights: x packed once when one kernel runs every product (q, k, v;
 // gate, up).
 void mul_mats(ggml_context * ctx, Products products, ggml_tensor * const * w, ggml_tensor ** out, int n,
-              ggml_tensor * x);
+              ggml_tensor * x, const PanelSet * panels = nullptr);
 
 }  // namespace kvlab::kernels

@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,7 @@ struct GraphContext {
     Products products;
     GraphInputs in;
     const AttentionFn & attention;
+    const std::unordered_set<const ggml_tensor *> * panels = nullptr;  // Model::panels()
     int64_t n_tokens() const { return in.tokens->ne[0]; }
 };
 

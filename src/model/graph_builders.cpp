@@ -7,7 +7,7 @@
 namespace kvlab::graph {
 
 ggml_tensor * matmul(const GraphContext & g, ggml_tensor * w, ggml_tensor * x) {
-    return kernels::mul_mat(g.ctx, g.products, w, x);
+    return kernels::mul_mat(g.ctx, g.products, w, x, g.panels);
 }
 
 namespace {
@@ -16,7 +16,7 @@ namespace {
 template <size_t N>
 std::array<ggml_tensor *, N> matmuls(const GraphContext & g, const std::array<ggml_tensor *, N> & w, ggml_tensor * x) {
     std::array<ggml_tensor *, N> out;
-    kernels::mul_mats(g.ctx, g.products, w.data(), out.data(), int(N), x);
+    kernels::mul_mats(g.ctx, g.products, w.data(), out.data(), int(N), x, g.panels);
     return out;
 }
 
@@ -39,7 +39,7 @@ EmbeddingsAndHead load_embeddings_and_head(const ModelReader & r, HParams & hp) 
 }
 
 ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd) {
-    return ggml_get_rows(g.ctx, tok_embd, g.in.tokens);
+    return kernels::get_rows(g.ctx, tok_embd, g.in.tokens, g.panels);
 }
 
 ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {

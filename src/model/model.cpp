@@ -14,6 +14,7 @@
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "gguf.h"
+#include "kernels/products.h"
 #include "kvlab/cpu_share.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
@@ -82,6 +83,28 @@ void read_tensor_data(const std::string & path, const gguf_context * gguf, ggml_
     }
 }
 
+// The layers' projections and the output head: only ever the weight of a product (graph::matmul),
+// so they may take another layout (ggml's repacked buffers, kvlab's panels). attn_output stays
+// host-readable (criticalkv reads W_o); token_embd is gathered by rows (and is the head too
+// where the file ties them: it then keeps its layout).
+bool product_only(const ggml_tensor * t) {
+    const std::string n = t->name;
+    if (n == "output.weight") return true;
+    for (const char * s : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".ffn_gate.weight", ".ffn_up.weight",
+                           ".ffn_down.weight"})
+        if (n.rfind("blk.", 0) == 0 && n.size() > std::strlen(s) &&
+            n.compare(n.size() - std::strlen(s), std::string::npos, s) == 0)
+            return true;
+    return false;
+}
+
+// token_embd where it is the head too (no output.weight) and Q8_0: the head streams it on every
+// token, and kernels::get_rows reads its rows from the panels as ggml_get_rows does.
+bool tied_q8_0_head(ggml_context * ctx, const ggml_tensor * t) {
+    return std::strcmp(t->name, "token_embd.weight") == 0 && t->type == GGML_TYPE_Q8_0 &&
+           !ggml_get_tensor(ctx, "output.weight");
+}
+
 }  // namespace
 
 float HParams::kq_scale() const {
@@ -143,22 +166,18 @@ std::unique_ptr<Model> Model::load(const std::string & path, const ModelOptions 
     m->backend_.reset(ggml_backend_cpu_init());
     if (!m->backend_) throw Error("backend", "could not initialise the ggml CPU backend");
     ggml_backend_cpu_set_n_threads(m->backend_.get(), m->threads_->n);
-    WeightBuffers wb = allocate_weights(m->ctx_.get(), m->backend_.get(), opts.repack, [](const ggml_tensor * t) {
-        // the layers' projections and the output head: only ever the weight of a product.
-        // attn_output stays host-readable (criticalkv reads W_o); token_embd is gathered by rows.
-        const std::string n = t->name;
-        if (n == "output.weight") return true;
-        for (const char * s : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".ffn_gate.weight",
-                               ".ffn_up.weight", ".ffn_down.weight"})
-            if (n.rfind("blk.", 0) == 0 && n.size() > std::strlen(s) &&
-                n.compare(n.size() - std::strlen(s), std::string::npos, s) == 0)
-                return true;
-        return false;
-    });
+    WeightBuffers wb = allocate_weights(m->ctx_.get(), m->backend_.get(), opts.repack, product_only);
     m->repacked_ = std::move(wb.repacked);
     m->buffer_ = std::move(wb.plain);
     m->n_repacked_ = wb.n_repacked;
     read_tensor_data(path, gguf, m->ctx_.get());
+    if (opts.repack && (opts.products == Products::amx || opts.products == Products::vnni))
+        for (ggml_tensor * t = ggml_get_first_tensor(m->ctx_.get()); t; t = ggml_get_next_tensor(m->ctx_.get(), t))
+            if ((product_only(t) || tied_q8_0_head(m->ctx_.get(), t)) && t->buffer == m->buffer_.get() &&
+                kernels::panels_available(t)) {
+                kernels::pack_panels(t);
+                m->panels_.insert(t);
+            }
     m->load_seconds_ = now_seconds() - t0;
     return m;
 }

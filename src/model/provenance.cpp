@@ -85,6 +85,7 @@ nlohmann::json provenance(const Model & model, const Tokenizer & tok) {
         {"threads", model.n_threads()},
         {"threads_follow_load", model.auto_threads()},     // -t 0: re-chosen each second from the idle CPUs
         {"repacked_weight_matrices", model.n_repacked()},  // in ggml's repacked CPU layouts
+        {"panel_weight_matrices", model.panels().size()},  // in kvlab's 16-row panels
         {"products", products_name(model.products())},     // the quantized products' arithmetic: ggml, amx or vnni
         {"os", os_release()},
         {"host", hostname()},
