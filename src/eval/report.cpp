@@ -470,13 +470,16 @@ std::string best_per_bytes(const std::vector<SummaryRow> & rows) {
     };
     std::string out;
     for (const double B : budgets) {
-        const SummaryRow *best = nullptr, *evict = nullptr, *other = nullptr;
+        // the best of each policy family: F16 rows evicted, quantized rows evicted, rows demoted
+        const SummaryRow * best = nullptr;
+        const SummaryRow * family[3] = {nullptr, nullptr, nullptr};
         for (const SummaryRow & r : rows) {
             if (!std::isfinite(r.bytes_ratio) || r.bytes_ratio > B * (1.0 + 1e-9)) continue;
             if (better(best, r)) best = &r;
-            const bool evicts = r.policy.size() >= 6 && r.policy.compare(r.policy.size() - 6, 6, " evict") == 0;
             if (r.method.rfind("none", 0) == 0) continue;
-            if (evicts ? better(evict, r) : better(other, r)) (evicts ? evict : other) = &r;
+            const bool evicts = r.policy.size() >= 6 && r.policy.compare(r.policy.size() - 6, 6, " evict") == 0;
+            const int f = !evicts ? 2 : r.policy == "f16 evict" ? 0 : 1;
+            if (better(family[f], r)) family[f] = &r;
         }
         out += "- best within " + fmt("%.1f%%", 100.0 * B) + " of the F16 full cache's bytes: ";
         if (!best) {
@@ -487,10 +490,13 @@ std::string best_per_bytes(const std::vector<SummaryRow> & rows) {
             name(*best) + ", score " + fmt("%.3f", best->score) +
             (full && full->score > 0.0 ? " (" + fmt("%.2f", best->score / full->score) + "x the full cache's)" : "") +
             ", KL " + fmt("%.4g", best->kl) + ", " + fmt("%.1f%%", 100.0 * best->bytes_ratio) + " of the bytes";
-        if (evict && other)
-            out += "; eviction alone at best " + fmt("%.3f", evict->score) + " (" + evict->method +
-                   "), lower precision " + fmt("%.3f", other->score) + " (" + other->method + ", " + other->policy +
-                   ")";
+        const char * what[3] = {"F16 rows evicted", "quantized rows evicted", "rows demoted"};
+        std::string parts;
+        for (int f = 0; f < 3; ++f)
+            if (family[f])
+                parts += std::string(parts.empty() ? "" : ", ") + what[f] + " " + fmt("%.3f", family[f]->score) + " (" +
+                         family[f]->method + ", " + family[f]->policy + ")";
+        if (!parts.empty()) out += "; at best: " + parts;
         out += "\n";
     }
     return out;

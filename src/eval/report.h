@@ -34,7 +34,8 @@ std::string markdown_table(const std::vector<SummaryRow> & rows);
 std::string best_per_ratio(const std::vector<SummaryRow> & rows);
 // One line per byte budget asked for: among every configuration whose K/V bytes fit in it (any
 // method, policy or cache type, the full caches included), the best mean score (ties: the lower
-// KL), and the best of eviction alone and of the other policies beside it; "" without byte budgets.
+// KL), and beside it the best of each family: F16 rows evicted, quantized rows evicted, rows
+// demoted; "" without byte budgets.
 std::string best_per_bytes(const std::vector<SummaryRow> & rows);
 
 // SVG line plots: score against compression ratio (one line per method), KL against ratio,
