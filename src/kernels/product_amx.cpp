@@ -210,6 +210,13 @@ struct Scalars {
     __m512 m() const { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_load_si512(a), 16))); }
 };
 
+// A panel block's 4 vectors of nibble dwords (Q4_1, Q5_0 in panels) -> the values, as nibbles().
+inline void panel_nibbles(const uint8_t * pb, __m512i (&q)[8]) {
+    const __m512i o[4] = {_mm512_loadu_si512(pb), _mm512_loadu_si512(pb + 64), _mm512_loadu_si512(pb + 128),
+                          _mm512_loadu_si512(pb + 192)};
+    nibbles(o, q);
+}
+
 // The weight types: a block's bytes, the offset added to its values, whether it has minima and
 // high bits; values(): the 32 values of 16 rows' blocks (b: row 0's; s: their scalars) as 8
 // vectors, vector g holding values 4g..4g+3 of rows 0..15 as u8 = value + offset (lane n: row n),
@@ -228,11 +235,7 @@ struct Q4_1 {  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles; value = nibble 
     static void raw(const uint8_t * b, size_t w_row_bytes, const Scalars & s, __m512i (&o)[8]) {
         row_dwords(b, w_row_bytes, 16, at, false, reinterpret_cast<__m512i(&)[4]>(o));
     }
-    static void panel_values(const uint8_t * pb, __m512i (&q)[8]) {
-        const __m512i o[4] = {_mm512_loadu_si512(pb), _mm512_loadu_si512(pb + 64), _mm512_loadu_si512(pb + 128),
-                              _mm512_loadu_si512(pb + 192)};
-        nibbles(o, q);
-    }
+    static void panel_values(const uint8_t * pb, __m512i (&q)[8]) { panel_nibbles(pb, q); }
 };
 
 // Q5_0's high bits (hv: the 16 rows' 32 bits) into the nibbles q: byte i of lane n of q[g] gets
@@ -263,9 +266,7 @@ struct Q5_0 {  // block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; value = 
         row_dwords(b, w_row_bytes, 16, at, false, reinterpret_cast<__m512i(&)[4]>(o));
     }
     static void panel_values(const uint8_t * pb, __m512i (&q)[8]) {
-        const __m512i o[4] = {_mm512_loadu_si512(pb), _mm512_loadu_si512(pb + 64), _mm512_loadu_si512(pb + 128),
-                              _mm512_loadu_si512(pb + 192)};
-        nibbles(o, q);
+        panel_nibbles(pb, q);
         add_high_bits(_mm512_loadu_si512(pb + h_at), q);
     }
 };
