@@ -406,6 +406,20 @@ void store(float * dst, __m512 v, int R) {
     _mm512_mask_storeu_ps(dst, __mmask16((1u << R) - 1), v);
 }
 
+// Block ib's step for each of M (< k_min_batch) activation rows against 16 weight rows (q: the
+// block's values as W::values gives them), its sums by VNNI (8 instructions of 16 rows x 4 values).
+template <class W>
+inline void block_rows(const __m512i (&q)[8], __m512 dw, __m512 mw, const Packed & y, int64_t M, int64_t K, int64_t ib,
+                       __m512 * acc) {
+    for (int64_t mrow = 0; mrow < M; ++mrow) {
+        int32_t g4[8];
+        std::memcpy(g4, y.qs + mrow * K + ib * k_qk, 32);
+        __m512i sum = _mm512_setzero_si512();
+        for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, q[g], _mm512_set1_epi32(g4[g]));
+        acc[mrow] = step<W>(acc[mrow], sum, dw, mw, y.d[ib * M + mrow], y.s[ib * M + mrow], y.q[ib * M + mrow]);
+    }
+}
+
 // Fewer than k_min_batch activation rows (decode) against 16 weight rows: each block unpacked
 // into registers once for all rows, its sums by VNNI (8 instructions of 16 rows x 4 values).
 template <class W>
@@ -415,13 +429,7 @@ void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const P
     for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
     for_each_block<W>(w, w_row_bytes, R, nb, [&](int64_t ib, const __m512i(&q)[8], const Scalars & s) {
         const __m512 dw = s.d(), mw = W::minima ? s.m() : _mm512_setzero_ps();
-        for (int64_t mrow = 0; mrow < M; ++mrow) {
-            int32_t g4[8];
-            std::memcpy(g4, y.qs + mrow * K + ib * k_qk, 32);
-            __m512i sum = _mm512_setzero_si512();
-            for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, q[g], _mm512_set1_epi32(g4[g]));
-            acc[mrow] = step<W>(acc[mrow], sum, dw, mw, y.d[ib * M + mrow], y.s[ib * M + mrow], y.q[ib * M + mrow]);
-        }
+        block_rows<W>(q, dw, mw, y, M, K, ib, acc);
     });
     for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
 }
@@ -437,13 +445,7 @@ void rows_panel(const uint8_t * panel, int64_t nb, const Packed & y, int64_t M, 
         __m512i q[8];
         W::panel_values(pb, q);
         const __m512 dw = panel_d<W>(pb), mw = W::minima ? panel_m<W>(pb) : _mm512_setzero_ps();
-        for (int64_t mrow = 0; mrow < M; ++mrow) {
-            int32_t g4[8];
-            std::memcpy(g4, y.qs + mrow * K + ib * k_qk, 32);
-            __m512i sum = _mm512_setzero_si512();
-            for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, q[g], _mm512_set1_epi32(g4[g]));
-            acc[mrow] = step<W>(acc[mrow], sum, dw, mw, y.d[ib * M + mrow], y.s[ib * M + mrow], y.q[ib * M + mrow]);
-        }
+        block_rows<W>(q, dw, mw, y, M, K, ib, acc);
     }
     for (int64_t mrow = 0; mrow < M; ++mrow) _mm512_storeu_ps(dst + mrow * dst_stride, acc[mrow]);
 }
