@@ -1,4 +1,5 @@
-// kvlab's own arithmetic for the products of Q4_1, Q5_0 and Q8_0 weights, built for Intel AMX:
+// kvlab's own arithmetic for the products of Q4_1, Q5_0 and Q8_0 weights (and, from panels, Q4_K
+// and Q6_K: see below), built for Intel AMX:
 // activations quantized by ggml's own routine (quantize_row_q8_1 for Q4_1, whose bytes and
 // scale quantize_row_q8_0 shares for the other two), then per output and per 32-value block ONE
 // exact integer sum of the block's 32 products, and in block order
@@ -13,6 +14,7 @@
 // AVX-512 VNNI below (decode), both with the same operations per output: every output has the same
 // bits whatever the batch size, the chunk or the thread count. Two kernels: amx_kernel() (the
 // tiles for batches) and vnni_kernel() (VNNI for every batch size: CPUs without AMX, AMD Zen 4/5).
+// How each weight type's blocks become the kernels' bytes and scales: block_types.h.
 //
 
 // GCC 12 reads the self-initialized value of _mm512_undefined_*() inside the intrinsics as
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "kernels/block_types.h"
 #include "kernels/products.h"
 #include "kernels/vnni.h"
 #include "kvlab/error.h"
@@ -58,25 +61,37 @@ int64_t padded_rows(int64_t M) {
 //   qs: [Mp][K] int8, a row's blocks' values end to end (an AMX tile reads 16 rows x 32 bytes)
 //   d, s: [nb][Mp] float: the blocks' f16 scale and (Q8_1) f16 sum, converted; 0 in padded rows
 //   q: [nb][Mp] int32: the exact sum of the block's 32 int8 values
+//   h: [nb][Mp] int32: the exact sum of its first 16 (Q6_K's two scales per block)
 struct Packed {
     const int8_t * qs;
     const float * d;
     const float * s;
     const int32_t * q;
+    const int32_t * h;
     Packed(const uint8_t * p, int64_t K, int64_t Mp)
         : qs(reinterpret_cast<const int8_t *>(p)),
           d(reinterpret_cast<const float *>(p + Mp * K)),
           s(d + K / k_qk * Mp),
-          q(reinterpret_cast<const int32_t *>(s + K / k_qk * Mp)) {}
+          q(reinterpret_cast<const int32_t *>(s + K / k_qk * Mp)),
+          h(q + K / k_qk * Mp) {}
 };
 
 bool supports(ggml_type type) {
     return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q8_0;
 }
 
+// The K-quants (256-value super-blocks) run only from panels (pack_panels).
+bool kquant(ggml_type type) {
+    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K;
+}
+
+bool panel_supports(ggml_type type) {
+    return supports(type) || kquant(type);
+}
+
 size_t packed_bytes(int64_t K, int64_t M) {
     const int64_t Mp = padded_rows(M);
-    return size_t(Mp * K + 3 * (K / k_qk) * Mp * int64_t(sizeof(float)));
+    return size_t(Mp * K + 4 * (K / k_qk) * Mp * int64_t(sizeof(float)));
 }
 
 #ifdef KVLAB_BLOCK_VNNI
@@ -87,8 +102,8 @@ namespace {
 // kernel reads it: the same operations on every value (max |x| exact in any order, d = max / 127
 // and id = 127 / max in float, x * id rounded to nearest even, d and d * sum(q) rounded to f16),
 // so the same bytes, 16 values per instruction instead of 8. quantize_row_q8_0 takes the same
-// steps for the values and d; *q is sum(q), exact.
-inline void quantize_block(const float * x, int8_t * qs, float * d, float * s, int32_t * q) {
+// steps for the values and d; *q is sum(q), *h the sum of the first 16, exact.
+inline void quantize_block(const float * x, int8_t * qs, float * d, float * s, int32_t * q, int32_t * h) {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
     const float max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     const float dv = max / 127.f;
@@ -98,10 +113,12 @@ inline void quantize_block(const float * x, int8_t * qs, float * d, float * s, i
     const __m512i i1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, mul), _MM_FROUND_TO_NEAREST_INT));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(qs), _mm512_cvtsepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(qs + 16), _mm512_cvtsepi32_epi8(i1));
-    const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    const int first = _mm512_reduce_add_epi32(i0);
+    const int sum = first + _mm512_reduce_add_epi32(i1);
     *d = _cvtsh_ss(_cvtss_sh(dv, _MM_FROUND_TO_NEAREST_INT));
     *s = _cvtsh_ss(_cvtss_sh(dv * float(sum), _MM_FROUND_TO_NEAREST_INT));
     *q = sum;
+    *h = first;
 }
 
 }  // namespace
@@ -114,19 +131,23 @@ void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * pac
     float * d = reinterpret_cast<float *>(packed + Mp * K);
     float * s = d + nb * Mp;
     int32_t * q = reinterpret_cast<int32_t *>(s + nb * Mp);
+    int32_t * h = q + nb * Mp;
     for (int64_t m = Mp * ith / nth; m < Mp * (ith + 1) / nth; ++m) {
         if (m >= M) {
             std::memset(qs + m * K, 0, size_t(K));
-            for (int64_t ib = 0; ib < nb; ++ib) d[ib * Mp + m] = s[ib * Mp + m] = 0.0f, q[ib * Mp + m] = 0;
+            for (int64_t ib = 0; ib < nb; ++ib)
+                d[ib * Mp + m] = s[ib * Mp + m] = 0.0f, q[ib * Mp + m] = h[ib * Mp + m] = 0;
             continue;
         }
         for (int64_t ib = 0; ib < nb; ++ib)
             quantize_block(x + m * x_stride + ib * k_qk, qs + m * K + ib * k_qk, &d[ib * Mp + m], &s[ib * Mp + m],
-                           &q[ib * Mp + m]);
+                           &q[ib * Mp + m], &h[ib * Mp + m]);
     }
 }
 
 namespace {
+
+using namespace block;  // the weight types (block_types.h)
 
 // 64-byte aligned storage (the block sums are read with aligned loads).
 template <class T>
@@ -140,224 +161,8 @@ struct AlignedAlloc {
     bool operator==(const AlignedAlloc &) const { return true; }
 };
 
-// The 16 bytes at `at` in each of 16 rows' blocks (b: row 0's block; rows past R read as zero),
-// transposed: o[g] lane n = dword g of row n. With prefetch, each row's block also asks for the
-// line 16 KiB ahead (vnni::prefetch_ahead).
-inline void row_dwords(const uint8_t * b, size_t w_row_bytes, int R, size_t at, bool prefetch, __m512i (&o)[4]) {
-    // dword g of 4 rows' 16 bytes (one row per 128-bit lane) -> lane g: dword g of the 4 rows
-    const __m512i tr = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    __m512i z[4];
-    for (int j = 0; j < 4; ++j) {
-        __m128i lane[4];
-        for (int r = 0; r < 4; ++r) {
-            const int n = 4 * j + r;
-            if (n < R) {
-                const uint8_t * row = b + size_t(n) * w_row_bytes;
-                if (prefetch) vnni::prefetch_ahead(row);
-                lane[r] = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + at));
-            } else {
-                lane[r] = _mm_setzero_si128();
-            }
-        }
-        const __m512i v = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_zextsi128_si512(lane[0]), lane[1], 1), lane[2], 2), lane[3],
-            3);
-        z[j] = _mm512_permutexvar_epi32(tr, v);
-    }
-    const __m512i lo01 = _mm512_shuffle_i32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i lo23 = _mm512_shuffle_i32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i hi01 = _mm512_shuffle_i32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512i hi23 = _mm512_shuffle_i32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2));
-    o[0] = _mm512_shuffle_i32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0));
-    o[1] = _mm512_shuffle_i32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1));
-    o[2] = _mm512_shuffle_i32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0));
-    o[3] = _mm512_shuffle_i32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1));
-}
-
-// 16 bytes of nibbles per row (o from row_dwords) -> values 4g.. (low nibbles of dword g) and
-// 16 + 4g.. (high nibbles).
-inline void nibbles(const __m512i (&o)[4], __m512i (&q)[8]) {
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    for (int g = 0; g < 4; ++g) {
-        q[g] = _mm512_and_si512(o[g], low);
-        q[g + 4] = _mm512_and_si512(_mm512_srli_epi16(o[g], 4), low);
-    }
-}
-
-// What a block holds besides its values, for 16 rows (rows past R zero): a[n] the first 4 bytes
-// of row n's block (its f16 scale, then Q4_1's f16 minimum), h[n] Q5_0's 32 high bits. Read by
-// plain loads and stores a block ahead of their use: a vector load right after 16 narrow stores to
-// its bytes would wait for them all (store forwarding fails; a gather is slow where microcode
-// guards it, GDS).
-struct Scalars {
-    alignas(64) uint32_t a[16];
-    alignas(64) uint32_t h[16];
-
-    template <class W>
-    void read(const uint8_t * b, size_t w_row_bytes, int R) {
-        for (int n = 0; n < 16; ++n) {
-            if (n < R) {
-                const uint8_t * row = b + size_t(n) * w_row_bytes;
-                std::memcpy(&a[n], row, 4);
-                if constexpr (W::high_bits) std::memcpy(&h[n], row + 2, 4);
-            } else {
-                a[n] = h[n] = 0;
-            }
-        }
-    }
-    // the 16 rows' scales (the low halves of a) and minima (the high halves)
-    __m512 d() const { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_load_si512(a))); }
-    __m512 m() const { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_load_si512(a), 16))); }
-};
-
-// A panel block's 4 vectors of nibble dwords (Q4_1, Q5_0 in panels) -> the values, as nibbles().
-inline void panel_nibbles(const uint8_t * pb, __m512i (&q)[8]) {
-    const __m512i o[4] = {_mm512_loadu_si512(pb), _mm512_loadu_si512(pb + 64), _mm512_loadu_si512(pb + 128),
-                          _mm512_loadu_si512(pb + 192)};
-    nibbles(o, q);
-}
-
-// The weight types: a block's bytes, the offset added to its values, whether it has minima and
-// high bits; values(): the 32 values of 16 rows' blocks (b: row 0's; s: their scalars) as 8
-// vectors, vector g holding values 4g..4g+3 of rows 0..15 as u8 = value + offset (lane n: row n),
-// the layout of an AMX B tile and what VNNI multiplies by an activation's 4 values broadcast.
-struct Q4_1 {  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles; value = nibble * d + m
-    static constexpr size_t block = 20;
-    static constexpr int offset = 0;
-    static constexpr bool minima = true, high_bits = false;
-    static constexpr int at = 4, n_raw = 4;  // the values' bytes in a block; raw vectors per panel block
-    static constexpr size_t h_at = 0, d_at = 256, m_at = 288;  // in a panel block (see Panels)
-    static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars &, __m512i (&q)[8]) {
-        __m512i o[4];
-        row_dwords(b, w_row_bytes, R, at, true, o);
-        nibbles(o, q);
-    }
-    static void raw(const uint8_t * b, size_t w_row_bytes, const Scalars & s, __m512i (&o)[8]) {
-        row_dwords(b, w_row_bytes, 16, at, false, reinterpret_cast<__m512i(&)[4]>(o));
-    }
-    static void panel_values(const uint8_t * pb, __m512i (&q)[8]) { panel_nibbles(pb, q); }
-};
-
-// Q5_0's high bits (hv: the 16 rows' 32 bits) into the nibbles q: byte i of lane n of q[g] gets
-// bit 4g + i of row n's high bits: two rows' h per 64-bit lane, so bytes 4..7 of a lane take
-// bits 32 + 4g + i - 4 (the odd row's).
-inline void add_high_bits(__m512i hv, __m512i (&q)[8]) {
-    const __m512i bit4 = _mm512_set1_epi8(0x10);
-    for (int g = 0; g < 8; ++g) {
-        const uint64_t lo = 0x03020100u + 0x04040404u * uint64_t(g);
-        const __mmask64 k = _mm512_bitshuffle_epi64_mask(hv, _mm512_set1_epi64(int64_t(lo | (lo + 0x20202020u) << 32)));
-        q[g] = _mm512_mask_add_epi8(q[g], k, q[g], bit4);  // the nibble + 16: its bit 4 set
-    }
-}
-
-struct Q5_0 {  // block_q5_0: f16 d, 32 high bits, 16 bytes of nibbles; value = (nibble | bit << 4) - 16
-    static constexpr size_t block = 22;
-    static constexpr int offset = 16;
-    static constexpr bool minima = false, high_bits = true;
-    static constexpr int at = 6, n_raw = 4;
-    static constexpr size_t h_at = 256, d_at = 320, m_at = 0;
-    static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars & s, __m512i (&q)[8]) {
-        __m512i o[4];
-        row_dwords(b, w_row_bytes, R, at, true, o);
-        nibbles(o, q);
-        add_high_bits(_mm512_load_si512(s.h), q);
-    }
-    static void raw(const uint8_t * b, size_t w_row_bytes, const Scalars & s, __m512i (&o)[8]) {
-        row_dwords(b, w_row_bytes, 16, at, false, reinterpret_cast<__m512i(&)[4]>(o));
-    }
-    static void panel_values(const uint8_t * pb, __m512i (&q)[8]) {
-        panel_nibbles(pb, q);
-        add_high_bits(_mm512_loadu_si512(pb + h_at), q);
-    }
-};
-
-struct Q8_0 {  // block_q8_0: f16 d, 32 int8
-    static constexpr size_t block = 34;
-    static constexpr int offset = 128;
-    static constexpr bool minima = false, high_bits = false;
-    static constexpr int n_raw = 8;
-    static constexpr size_t h_at = 0, d_at = 512, m_at = 0;
-    static void values(const uint8_t * b, size_t w_row_bytes, int R, const Scalars &, __m512i (&q)[8]) {
-        const __m512i flip = _mm512_set1_epi8(char(0x80));
-        __m512i lo[4], hi[4];
-        row_dwords(b, w_row_bytes, R, 2, true, lo);
-        row_dwords(b, w_row_bytes, R, 18, false, hi);
-        for (int g = 0; g < 4; ++g) {
-            q[g] = _mm512_xor_si512(lo[g], flip);
-            q[g + 4] = _mm512_xor_si512(hi[g], flip);
-        }
-    }
-    static void raw(const uint8_t * b, size_t w_row_bytes, const Scalars & s, __m512i (&o)[8]) {
-        values(b, w_row_bytes, 16, s, o);
-    }
-    static void panel_values(const uint8_t * pb, __m512i (&q)[8]) {
-        for (int g = 0; g < 8; ++g) q[g] = _mm512_loadu_si512(pb + 64 * g);
-    }
-};
-
-// Weights rewritten in place into 16-row panels (--products amx|vnni, kvlab::Model): panel p (rows
-// 16p..16p+15) starts where its first row did, and holds per block ib, in 16 x the block's bytes
-// (panel block ib at 16 * ib * W::block): the values as the kernels read them (W::n_raw vectors
-// of 16 rows' dwords: Q4_1's and Q5_0's nibble bytes, Q8_0's values + 128), then the rows' f16
-// scales (d_at), Q4_1's f16 minima (m_at), Q5_0's high bits (h_at). The same bytes as the blocks,
-// read as 64-byte vectors in order instead of gathered from 16 rows: the same products, bit for bit.
-template <class W>
-inline const uint8_t * panel_block(const uint8_t * panel, int64_t ib) {
-    return panel + size_t(ib) * 16 * W::block;
-}
-
-template <class W>
-inline __m512 panel_d(const uint8_t * pb) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(pb + W::d_at)));
-}
-
-template <class W>
-inline __m512 panel_m(const uint8_t * pb) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(pb + W::m_at)));
-}
-
-template <class W>
-void pack_panels_of(uint8_t * data, size_t row_bytes, int64_t K, int64_t N) {
-    const int64_t nb = K / k_qk;
-    std::vector<uint8_t> rows(16 * row_bytes);
-    for (int64_t n0 = 0; n0 < N; n0 += 16) {
-        uint8_t * panel = data + n0 * row_bytes;
-        std::memcpy(rows.data(), panel, rows.size());
-        Scalars s;
-        for (int64_t ib = 0; ib < nb; ++ib) {
-            const uint8_t * b = rows.data() + ib * W::block;
-            s.read<W>(b, row_bytes, 16);
-            __m512i o[8];
-            W::raw(b, row_bytes, s, o);
-            uint8_t * pb = panel + size_t(ib) * 16 * W::block;
-            for (int g = 0; g < W::n_raw; ++g) _mm512_storeu_si512(pb + 64 * g, o[g]);
-            const __m512i a = _mm512_load_si512(s.a);
-            _mm256_storeu_si256(reinterpret_cast<__m256i *>(pb + W::d_at), _mm512_cvtepi32_epi16(a));
-            if constexpr (W::minima)
-                _mm256_storeu_si256(reinterpret_cast<__m256i *>(pb + W::m_at),
-                                    _mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16)));
-            if constexpr (W::high_bits) _mm512_storeu_si512(pb + W::h_at, _mm512_load_si512(s.h));
-        }
-    }
-}
-
-// For each block ib of 16 rows (w: row 0's first block), in order: f(ib, values, scalars), the
-// values as W::values gives them; each block's scalars read a block ahead (see Scalars).
-template <class W, class F>
-inline void for_each_block(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, F && f) {
-    Scalars s[2];
-    s[0].read<W>(w, w_row_bytes, R);
-    __m512i v[8];
-    for (int64_t ib = 0; ib < nb; ++ib) {
-        const Scalars & cur = s[ib % 2];
-        if (ib + 1 < nb) s[(ib + 1) % 2].read<W>(w + (ib + 1) * W::block, w_row_bytes, R);
-        W::values(w + ib * W::block, w_row_bytes, R, cur, v);
-        f(ib, v, cur);
-    }
-}
-
 // A panel of 16 weight rows unpacked for the AMX tiles: per block the 8 vectors end to end (one
-// B tile), and the rows' scales and minima, [nb][16] each.
+// B tile), and the rows' scales and minima (Q6_K: second halves' scales), [nb][16] each.
 struct Panel {
     std::vector<uint8_t> q;                        // [nb][8][64]
     std::vector<float, AlignedAlloc<float>> d, m;  // [nb][16]
@@ -381,12 +186,12 @@ struct Panel {
         d.resize(size_t(nb) * k_panel);
         m.resize(size_t(nb) * k_panel);
         for (int64_t ib = 0; ib < nb; ++ib) {
-            const uint8_t * pb = panel_block<W>(panel, ib);
             __m512i v[8];
-            W::panel_values(pb, v);
+            __m512 dw, mw;
+            panel_block_of<W>(panel, ib, v, dw, mw);
             for (int g = 0; g < 8; ++g) _mm512_storeu_si512(&q[size_t(ib) * 512 + g * 64], v[g]);
-            _mm512_store_ps(&d[ib * k_panel], panel_d<W>(pb));
-            _mm512_store_ps(&m[ib * k_panel], W::minima ? panel_m<W>(pb) : _mm512_setzero_ps());
+            _mm512_store_ps(&d[ib * k_panel], dw);
+            _mm512_store_ps(&m[ib * k_panel], mw);
         }
     }
 };
@@ -402,21 +207,51 @@ inline __m512 step(__m512 acc, __m512i sum, __m512 dw, __m512 mw, float dy, floa
     return acc;
 }
 
+// The same from the block's two half sums (values 0-15 and 16-31; hy: the activations' exact sum
+// of their first 16). Q6_K (halves): each half's offset taken off, then acc = fma(d_w * d_y,
+// float(s0), acc), acc = fma(d2_w * d_y, float(s1), acc), d2_w (in mw) the second half's scale;
+// the other types add the halves (exact) and take the step above.
+template <class W>
+inline __m512 step(__m512 acc, __m512i s0, __m512i s1, __m512 dw, __m512 mw, float dy, float sy, int32_t qy,
+                   int32_t hy) {
+    if constexpr (W::halves) {
+        s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(W::offset * hy));
+        s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(W::offset * (qy - hy)));
+        const __m512 y = _mm512_set1_ps(dy);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, y), _mm512_cvtepi32_ps(s0), acc);
+        return _mm512_fmadd_ps(_mm512_mul_ps(mw, y), _mm512_cvtepi32_ps(s1), acc);
+    } else {
+        return step<W>(acc, _mm512_add_epi32(s0, s1), dw, mw, dy, sy, qy);
+    }
+}
+
+// The two half sums of one activation row's block (a: its 32 int8 values) against the 16 weight
+// rows' values q: two chains of 4 VNNI instructions (16 rows x 4 values each).
+inline void half_sums(const __m512i (&q)[8], const int8_t * a, __m512i & s0, __m512i & s1) {
+    int32_t g4[8];
+    std::memcpy(g4, a, 32);
+    s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_set1_epi32(g4[0]));
+    s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], _mm512_set1_epi32(g4[4]));
+    for (int g = 1; g < 4; ++g) {
+        s0 = _mm512_dpbusd_epi32(s0, q[g], _mm512_set1_epi32(g4[g]));
+        s1 = _mm512_dpbusd_epi32(s1, q[g + 4], _mm512_set1_epi32(g4[g + 4]));
+    }
+}
+
 void store(float * dst, __m512 v, int R) {
     _mm512_mask_storeu_ps(dst, __mmask16((1u << R) - 1), v);
 }
 
 // Block ib's step for each of M (< k_min_batch) activation rows against 16 weight rows (q: the
-// block's values as W::values gives them), its sums by VNNI (8 instructions of 16 rows x 4 values).
+// block's values as W::values gives them), its sums by VNNI (half_sums).
 template <class W>
 inline void block_rows(const __m512i (&q)[8], __m512 dw, __m512 mw, const Packed & y, int64_t M, int64_t K, int64_t ib,
                        __m512 * acc) {
     for (int64_t mrow = 0; mrow < M; ++mrow) {
-        int32_t g4[8];
-        std::memcpy(g4, y.qs + mrow * K + ib * k_qk, 32);
-        __m512i sum = _mm512_setzero_si512();
-        for (int g = 0; g < 8; ++g) sum = _mm512_dpbusd_epi32(sum, q[g], _mm512_set1_epi32(g4[g]));
-        acc[mrow] = step<W>(acc[mrow], sum, dw, mw, y.d[ib * M + mrow], y.s[ib * M + mrow], y.q[ib * M + mrow]);
+        __m512i s0, s1;
+        half_sums(q, y.qs + mrow * K + ib * k_qk, s0, s1);
+        const int64_t i = ib * M + mrow;
+        acc[mrow] = step<W>(acc[mrow], s0, s1, dw, mw, y.d[i], y.s[i], y.q[i], y.h[i]);
     }
 }
 
@@ -441,19 +276,18 @@ void rows_panel(const uint8_t * panel, int64_t nb, const Packed & y, int64_t M, 
     __m512 acc[k_min_batch];
     for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ++ib) {
-        const uint8_t * pb = panel_block<W>(panel, ib);
         __m512i q[8];
-        W::panel_values(pb, q);
-        const __m512 dw = panel_d<W>(pb), mw = W::minima ? panel_m<W>(pb) : _mm512_setzero_ps();
+        __m512 dw, mw;
+        panel_block_of<W>(panel, ib, q, dw, mw);
         block_rows<W>(q, dw, mw, y, M, K, ib, acc);
     }
     for (int64_t mrow = 0; mrow < M; ++mrow) _mm512_storeu_ps(dst + mrow * dst_stride, acc[mrow]);
 }
 
 // A panel against T activation rows m0.. by AVX-512 VNNI (the batch path where there are no AMX
-// tiles, or --products vnni): per block, the panel's 8 vectors loaded once for the T rows, each
-// row's exact block sum in two chains of 4 instructions (an integer sum: any order, the same
-// value), then the same step as rows_vnni and the tiles: the same bits.
+// tiles, or --products vnni, or Q6_K): per block, the panel's 8 vectors loaded once for the T rows,
+// each row's exact half sums (half_sums: integers, any order gives the same values), then the same
+// step as rows_vnni and the tiles: the same bits.
 template <class W, int T>
 void tile_vnni(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, int64_t m0, float * dst,
                int64_t dst_stride, int R) {
@@ -465,21 +299,12 @@ void tile_vnni(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_
         __m512i q[8];
         for (int g = 0; g < 8; ++g) q[g] = _mm512_loadu_si512(b + g * 64);
         const __m512 dw = _mm512_load_ps(&p.d[ib * k_panel]);
-        const __m512 mw = W::minima ? _mm512_load_ps(&p.m[ib * k_panel]) : _mm512_setzero_ps();
-        const float * dy = y.d + ib * Mp + m0;
-        const float * sy = y.s + ib * Mp + m0;
-        const int32_t * qy = y.q + ib * Mp + m0;
+        const __m512 mw = W::minima || W::halves ? _mm512_load_ps(&p.m[ib * k_panel]) : _mm512_setzero_ps();
+        const int64_t i = ib * Mp + m0;
         for (int t = 0; t < T; ++t) {
-            const int8_t * a = rows + t * K + ib * k_qk;
-            int32_t g4[8];
-            std::memcpy(g4, a, 32);
-            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_set1_epi32(g4[0]));
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], _mm512_set1_epi32(g4[4]));
-            for (int g = 1; g < 4; ++g) {
-                s0 = _mm512_dpbusd_epi32(s0, q[g], _mm512_set1_epi32(g4[g]));
-                s1 = _mm512_dpbusd_epi32(s1, q[g + 4], _mm512_set1_epi32(g4[g + 4]));
-            }
-            acc[t] = step<W>(acc[t], _mm512_add_epi32(s0, s1), dw, mw, dy[t], sy[t], qy[t]);
+            __m512i s0, s1;
+            half_sums(q, rows + t * K + ib * k_qk, s0, s1);
+            acc[t] = step<W>(acc[t], s0, s1, dw, mw, y.d[i + t], y.s[i + t], y.q[i + t], y.h[i + t]);
         }
     }
     for (int t = 0; t < T; ++t) store(dst + (m0 + t) * dst_stride, acc[t], R);
@@ -648,25 +473,31 @@ void product_of(bool tiles, bool panels, const uint8_t * w, size_t w_row_bytes, 
     const int64_t n_panels = (N + k_panel - 1) / k_panel;
     const int64_t p0 = n_panels * ith / nth, p1 = n_panels * (ith + 1) / nth;
     if (p0 == p1) return;
+    if constexpr (W::super) {
+        if (!panels) throw Error("internal", "[products] block order: K-quant weights run only from panels");
+    }
     if (M < k_min_batch) {
         for (int64_t ip = p0; ip < p1; ++ip) {
             const int64_t n0 = ip * k_panel;
             const int R = int(std::min<int64_t>(k_panel, N - n0));
-            if (panels)
-                rows_panel<W>(w + n0 * w_row_bytes, nb, y, M, K, dst + n0, dst_stride);
-            else
-                rows_vnni<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
+            if constexpr (!W::super) {
+                if (!panels) {
+                    rows_vnni<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb, y, M, K, dst + n0, dst_stride);
+                    continue;
+                }
+            }
+            rows_panel<W>(w + n0 * w_row_bytes, nb, y, M, K, dst + n0, dst_stride);
         }
         return;
     }
     thread_local Panel panel;
     const auto unpack = [&](int64_t n0, int R) {
-        if (panels)
-            panel.unpack_panel<W>(w + n0 * w_row_bytes, nb);
-        else
-            panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+        if constexpr (!W::super) {
+            if (!panels) return panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
+        }
+        panel.unpack_panel<W>(w + n0 * w_row_bytes, nb);
     };
-    if (!tiles) {
+    if (!tiles || W::halves) {  // Q6_K's two sums per block: not from one tile product
         for (int64_t ip = p0; ip < p1; ++ip) {
             const int64_t n0 = ip * k_panel;
             const int R = int(std::min<int64_t>(k_panel, N - n0));
@@ -676,16 +507,18 @@ void product_of(bool tiles, bool panels, const uint8_t * w, size_t w_row_bytes, 
         return;
     }
 #ifdef KVLAB_AMX
-    static const TileConfig cfg;
-    _tile_loadconfig(&cfg);
-    thread_local typename PanelProduct<W>::Sums sums[2];
-    for (int64_t ip = p0; ip < p1; ++ip) {
-        const int64_t n0 = ip * k_panel;
-        const int R = int(std::min<int64_t>(k_panel, N - n0));
-        unpack(n0, R);
-        PanelProduct<W>(panel, nb, y, Mp, K, sums).run(dst + n0, dst_stride, M, R);
+    if constexpr (!W::halves) {  // (Q6_K returned above)
+        static const TileConfig cfg;
+        _tile_loadconfig(&cfg);
+        thread_local typename PanelProduct<W>::Sums sums[2];
+        for (int64_t ip = p0; ip < p1; ++ip) {
+            const int64_t n0 = ip * k_panel;
+            const int R = int(std::min<int64_t>(k_panel, N - n0));
+            unpack(n0, R);
+            PanelProduct<W>(panel, nb, y, Mp, K, sums).run(dst + n0, dst_stride, M, R);
+        }
+        _tile_release();
     }
-    _tile_release();
 #else
     throw Error("internal", "[products] amx: a batch of " + std::to_string(M) + " rows needs the AMX tiles");
 #endif
@@ -715,6 +548,10 @@ void product_with(bool tiles, bool panels, ggml_type type, const uint8_t * w, si
             return product_of<Q5_0>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         case GGML_TYPE_Q8_0:
             return product_of<Q8_0>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+        case GGML_TYPE_Q4_K:
+            return product_of<Q4_K>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+        case GGML_TYPE_Q6_K:
+            return product_of<Q6_K>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
         default:
             throw Error("internal", std::string("[products] block order: no kernel for ") + ggml_type_name(type));
     }
@@ -741,8 +578,8 @@ void q8_0_panel_row(const uint8_t * data, size_t row_bytes, int64_t K, int64_t n
 }
 
 bool panels_fit(const ggml_tensor * w) {
-    return supports(w->type) && ggml_n_dims(w) == 2 && w->ne[0] % k_qk == 0 && w->ne[1] % k_panel == 0 &&
-           w->nb[1] == ggml_row_size(w->type, w->ne[0]);
+    return panel_supports(w->type) && ggml_n_dims(w) == 2 && w->ne[0] % ggml_blck_size(w->type) == 0 &&
+           w->ne[1] % k_panel == 0 && w->nb[1] == ggml_row_size(w->type, w->ne[0]);
 }
 
 void pack_panels_in_place(ggml_tensor * w) {
@@ -754,6 +591,10 @@ void pack_panels_in_place(ggml_tensor * w) {
             return pack_panels_of<Q5_0>(data, w->nb[1], w->ne[0], w->ne[1]);
         case GGML_TYPE_Q8_0:
             return pack_panels_of<Q8_0>(data, w->nb[1], w->ne[0], w->ne[1]);
+        case GGML_TYPE_Q4_K:
+            return pack_kquant_panels<Q4_K>(data, w->nb[1], w->ne[0], w->ne[1]);
+        case GGML_TYPE_Q6_K:
+            return pack_kquant_panels<Q6_K>(data, w->nb[1], w->ne[0], w->ne[1]);
         default:
             throw Error("internal", std::string("[products] panels: no layout for ") + ggml_type_name(w->type));
     }
@@ -789,14 +630,15 @@ bool amx_rows_available() {
 
 const ProductKernel & amx_kernel(bool panels) {
     static const ProductKernel k = {"amx", k_min_batch, available, supports, packed_bytes, pack, product<true, false>};
-    static const ProductKernel kp = {"amx", k_min_batch, available, supports, packed_bytes, pack, product<true, true>};
+    static const ProductKernel kp = {"amx",        k_min_batch, available,          panel_supports,
+                                     packed_bytes, pack,        product<true, true>};
     return panels ? kp : k;
 }
 
 const ProductKernel & vnni_kernel(bool panels) {
     static const ProductKernel k = {"vnni",       k_min_batch, rows_available,       supports,
                                     packed_bytes, pack,        product<false, false>};
-    static const ProductKernel kp = {"vnni",       k_min_batch, rows_available,      supports,
+    static const ProductKernel kp = {"vnni",       k_min_batch, rows_available,      panel_supports,
                                      packed_bytes, pack,        product<false, true>};
     return panels ? kp : k;
 }

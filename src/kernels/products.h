@@ -4,7 +4,7 @@
 //   q4_1_kernel(): Q4_1 weights, ggml's arithmetic (product_q4_1.cpp);
 //   q8_0_kernel(): Q8_0 and Q5_0 weights, ggml's arithmetic (product_q8_0.cpp);
 //   amx_kernel():  Q4_1, Q5_0 and Q8_0 weights, kvlab's block order, AMX tiles for batches
-//                  (product_amx.cpp);
+//                  (product_amx.cpp); from panels Q4_K and Q6_K too (Q6_K's batches by VNNI);
 //   vnni_kernel(): the same block order and bits, AVX-512 VNNI for every batch (product_amx.cpp).
 // Under Products::ggml the first two run (bit-identical to ggml_mul_mat), under Products::amx the
 // third, under Products::vnni the fourth; where none applies (another type, a repacked weight, a CPU without AVX-512
@@ -52,8 +52,9 @@ bool amx_rows_available();
 // The block-order kernels' weight layout (product_amx.cpp): 16-row panels, rewritten in place in
 // the same bytes, each panel block's values, scales and minima read as whole vectors (decode
 // streams them instead of gathering 16 rows' blocks). Only for weights that nothing else reads:
-// ggml's own mul_mat cannot read them. panels_available: a Q4_1, Q5_0 or Q8_0 2-D matrix with
-// whole 16-row panels, contiguous, on a CPU that runs the block order.
+// ggml's own mul_mat cannot read them. panels_available: a Q4_1, Q5_0, Q8_0, Q4_K or Q6_K 2-D
+// matrix with whole 16-row panels (and whole blocks), contiguous, on a CPU that runs the block
+// order. The K-quants run only from panels.
 bool panels_available(const ggml_tensor * w);
 void pack_panels(ggml_tensor * w);
 // Rows ids[0..n) of a Q8_0 matrix packed into panels (a tied embedding table), dequantized to

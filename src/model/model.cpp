@@ -166,7 +166,12 @@ std::unique_ptr<Model> Model::load(const std::string & path, const ModelOptions 
     m->backend_.reset(ggml_backend_cpu_init());
     if (!m->backend_) throw Error("backend", "could not initialise the ggml CPU backend");
     ggml_backend_cpu_set_n_threads(m->backend_.get(), m->threads_->n);
-    WeightBuffers wb = allocate_weights(m->ctx_.get(), m->backend_.get(), opts.repack, product_only);
+    // under the block order, the weights it reads from panels (Q4_K too) are not given to ggml's repacking
+    const bool block_order = opts.products == Products::amx || opts.products == Products::vnni;
+    const auto may_repack = [block_order](const ggml_tensor * t) {
+        return product_only(t) && !(block_order && kernels::panels_available(t));
+    };
+    WeightBuffers wb = allocate_weights(m->ctx_.get(), m->backend_.get(), opts.repack, may_repack);
     m->repacked_ = std::move(wb.repacked);
     m->buffer_ = std::move(wb.plain);
     m->n_repacked_ = wb.n_repacked;
