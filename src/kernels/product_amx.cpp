@@ -269,13 +269,18 @@ void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const P
     for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
 }
 
-// rows_vnni over a panel of packed weights (16 rows): the same operations on the same values.
+// rows_vnni over a panel of packed weights (16 rows, panel_bytes of them): the same operations on
+// the same values. The panel's bytes are read front to back; each block asks for the lines 16 KiB
+// ahead of its share of them (vnni::prefetch_ahead: the hardware prefetchers stop at 4 KiB pages).
 template <class W>
-void rows_panel(const uint8_t * panel, int64_t nb, const Packed & y, int64_t M, int64_t K, float * dst,
-                int64_t dst_stride) {
+void rows_panel(const uint8_t * panel, size_t panel_bytes, int64_t nb, const Packed & y, int64_t M, int64_t K,
+                float * dst, int64_t dst_stride) {
     __m512 acc[k_min_batch];
     for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
+    size_t ahead = 0;
     for (int64_t ib = 0; ib < nb; ++ib) {
+        for (const size_t end = panel_bytes * size_t(ib + 1) / size_t(nb); ahead < end; ahead += 64)
+            vnni::prefetch_ahead(panel + ahead);
         __m512i q[8];
         __m512 dw, mw;
         panel_block_of<W>(panel, ib, q, dw, mw);
@@ -486,7 +491,7 @@ void product_of(bool tiles, bool panels, const uint8_t * w, size_t w_row_bytes, 
                     continue;
                 }
             }
-            rows_panel<W>(w + n0 * w_row_bytes, nb, y, M, K, dst + n0, dst_stride);
+            rows_panel<W>(w + n0 * w_row_bytes, k_panel * w_row_bytes, nb, y, M, K, dst + n0, dst_stride);
         }
         return;
     }
