@@ -284,7 +284,7 @@ protected:
 // whole panels (16 rows), one super-block, qwen2.5's ffn_down (4,864 x 896) in decode.
 const std::vector<std::array<int64_t, 3>> k_shapes = {{32, 16, 16},     {64, 13, 17}, {576, 192, 37}, {576, 1536, 64},
                                                       {1536, 576, 100}, {96, 35, 1},  {576, 40, 5},   {576, 192, 15}};
-const std::vector<std::array<int64_t, 3>> k_kquant_shapes = {{256, 16, 16}, {512, 48, 17}, {768, 192, 37},
+const std::vector<std::array<int64_t, 3>> k_kquant_shapes = {{256, 16, 16},  {512, 48, 17},  {768, 192, 37},
                                                              {1536, 64, 64}, {256, 32, 100}, {4864, 896, 1},
                                                              {512, 32, 5},   {768, 48, 15}};
 
@@ -426,12 +426,9 @@ TEST_P(GemmAmx, ReferenceReadsGgmlsValues) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(, GemmAmx,
-                         ::testing::Values(GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
-                                           GGML_TYPE_Q6_K),
-                         [](const ::testing::TestParamInfo<ggml_type> & i) {
-                             return std::string(ggml_type_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    , GemmAmx, ::testing::Values(GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K),
+    [](const ::testing::TestParamInfo<ggml_type> & i) { return std::string(ggml_type_name(i.param)); });
 
 // The packed activations are ggml's Q8_1 blocks (quantize_row_q8_1) value for value: the int8
 // values, the scale and the sum as their f16 bits converted, and the exact sums of the values (all 32, the first 16);

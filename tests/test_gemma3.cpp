@@ -319,9 +319,10 @@ TEST(RealGemma3, BlockOrderProductsAgreeWithLibllama) {
         std::vector<float> ours;
         e.prefill(cache, toks, nullptr, &ours);
         const auto d = test::compare_logits(ours, theirs, model->hparams().n_vocab);
-        std::printf("[ measure  ] gemma3-270m 512 tokens products=%s repack=%d: %zu K-quant matrices in panels, "
-                    "max |dlogit| %.3g, top-1 mismatches %lld\n",
-                    products_name(products), int(repack), kquants, d.max_abs, static_cast<long long>(d.top1_mismatch));
+        std::printf(
+            "[ measure  ] gemma3-270m 512 tokens products=%s repack=%d: %zu K-quant matrices in panels, "
+            "max |dlogit| %.3g, top-1 mismatches %lld\n",
+            products_name(products), int(repack), kquants, d.max_abs, static_cast<long long>(d.top1_mismatch));
         EXPECT_LE(double(d.top1_mismatch), 0.1 * 512.0) << "repack " << repack;
     }
 }

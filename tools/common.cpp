@@ -49,7 +49,8 @@ void add_kernel_options(CLI::App * cmd, KernelArgs & k) {
     cmd->add_option("--products", k.products,
                     "arithmetic of the Q4_1, Q5_0 and Q8_0 weight products: ggml (bit-identical to ggml's mul_mat and "
                     "libllama's logits), amx (kvlab's block order on Intel AMX tiles, the same bits at every batch "
-                    "size; a few float ulps from ggml's; with the weights in panels, Q4_K and Q6_K too), vnni (the same block order and bits on AVX-512 VNNI, for "
+                    "size; a few float ulps from ggml's; with the weights in panels, Q4_K and Q6_K too), vnni (the "
+                    "same block order and bits on AVX-512 VNNI, for "
                     "CPUs without AMX such as AMD Zen 4/5), auto (amx where the CPU and the kernel have AMX-INT8, "
                     "else vnni where the CPU has AVX-512 VNNI and BITALG, else ggml)")
         ->check(CLI::IsMember({"auto", "ggml", "amx", "vnni"}));

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/vnni.h"
 #include "kvlab/error.h"
 
 namespace kvlab::kernels::attn {
@@ -242,14 +243,6 @@ inline __m512 load16(ggml_type t, const uint8_t * row, int e0) {
 }
 #endif
 
-#if defined(__AVX512F__)
-// Asks for the line 16 KiB ahead of p: decode streams every row of a segment once, and the
-// hardware prefetchers stop at 4 KiB pages (the products' panels do the same: vnni.h).
-inline void prefetch_ahead(const uint8_t * p) {
-    _mm_prefetch(reinterpret_cast<const char *>(p + 16384), _MM_HINT_T0);
-}
-#endif
-
 // Rows [b, b + k_block) of a segment, the rows from `end` on as zeros: K transposed into kt
 // [d][k_block], V into vb [k_block][dv * k_lanes] (zero beyond d). Data movement and exact
 // conversion only: the floats are the stored values, however they are moved.
@@ -263,8 +256,8 @@ void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt
         const auto * kb = static_cast<const uint8_t *>(sg.k) + size_t(b) * kr;
         const auto * vbase = static_cast<const uint8_t *>(sg.v) + size_t(b) * vr;
         for (; j0 + 16 <= nr; j0 += 16) {
-            for (size_t off = 0; off < 16 * kr; off += 64) prefetch_ahead(kb + size_t(j0) * kr + off);
-            for (size_t off = 0; off < 16 * vr; off += 64) prefetch_ahead(vbase + size_t(j0) * vr + off);
+            for (size_t off = 0; off < 16 * kr; off += 64) vnni::prefetch_ahead(kb + size_t(j0) * kr + off);
+            for (size_t off = 0; off < 16 * vr; off += 64) vnni::prefetch_ahead(vbase + size_t(j0) * vr + off);
             for (int e0 = 0; e0 < d; e0 += 16) {
                 __m512 r[16];
                 for (int i = 0; i < 16; ++i) r[i] = load16(sg.k_type, kb + size_t(j0 + i) * kr, e0);

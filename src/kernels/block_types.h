@@ -97,9 +97,9 @@ inline void panel_nibbles(const uint8_t * pb, __m512i (&q)[8]) {
 }
 
 // The weight types: a block's bytes, the offset added to its values, whether it has minima and
-// high bits (halves, super: see Q6_K and Q4_K below); values(): the 32 values of 16 rows' blocks (b: row 0's; s: their scalars) as 8
-// vectors, vector g holding values 4g..4g+3 of rows 0..15 as u8 = value + offset (lane n: row n),
-// the layout of an AMX B tile and what VNNI multiplies by an activation's 4 values broadcast.
+// high bits (halves, super: see Q6_K and Q4_K below); values(): the 32 values of 16 rows' blocks (b: row 0's; s: their
+// scalars) as 8 vectors, vector g holding values 4g..4g+3 of rows 0..15 as u8 = value + offset (lane n: row n), the
+// layout of an AMX B tile and what VNNI multiplies by an activation's 4 values broadcast.
 struct Q4_1 {  // block_q4_1: f16 d, f16 m, 16 bytes of nibbles; value = nibble * d + m
     static constexpr size_t block = 20;
     static constexpr int offset = 0;
@@ -185,19 +185,25 @@ inline const uint8_t * panel_block(const uint8_t * panel, int64_t ib) {
     return panel + size_t(ib) * 16 * W::block;
 }
 
+// 16 f16 values at p (the 16 rows' scales or minima) as floats.
+inline __m512 f16x16(const uint8_t * p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+
 template <class W>
 inline __m512 panel_d(const uint8_t * pb) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(pb + W::d_at)));
+    return f16x16(pb + W::d_at);
 }
 
 template <class W>
 inline __m512 panel_m(const uint8_t * pb) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(pb + W::m_at)));
+    return f16x16(pb + W::m_at);
 }
 
 // The K-quants, only in panels: a 256-value super-block of 16 rows rewritten in place, in the same
 // bytes, as 8 blocks of 32 values with what each block's step needs; every block's step is that of
-// a 32-value type, so every path above (decode rows, VNNI batches, Q4_K on the AMX tiles) runs them.
+// a 32-value type, so every path of product_amx.cpp (decode rows, VNNI batches, Q4_K on the AMX
+// tiles) runs them.
 //   Q4_K: value = d sc_j q - dmin m_j (sub-block j of 32, 6-bit sc_j and m_j): a Q4_1 block with
 //         scale d sc_j and minimum -dmin m_j, both exact floats (11-bit x 6-bit), so the step is
 //         Q4_1's. Panel super-block: f16 d [16], f16 dmin [16] at 32, the 12 scale bytes of the
@@ -216,11 +222,8 @@ inline __m512 panel_m(const uint8_t * pb) {
 inline void store_nibbles(const uint8_t (&v)[16][256], int j, uint8_t * out) {  // block j, Q4_1's panel layout
     for (int n = 0; n < 16; ++n)
         for (int i = 0; i < 16; ++i)  // byte i of row n: values i (low) and i + 16 (high); dword g at 64 g + 4 n
-            out[64 * (i / 4) + 4 * n + i % 4] = uint8_t((v[n][32 * j + i] & 0x0F) | (v[n][32 * j + 16 + i] & 0x0F) << 4);
-}
-
-inline __m512 f16x16(const uint8_t * p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+            out[64 * (i / 4) + 4 * n + i % 4] =
+                uint8_t((v[n][32 * j + i] & 0x0F) | (v[n][32 * j + 16 + i] & 0x0F) << 4);
 }
 
 inline __m512 u8x16(__m128i v) {
@@ -271,7 +274,8 @@ struct Q4_K {
 };
 
 struct Q6_K {
-    static constexpr size_t super_bytes = 210;  // sizeof(block_q6_K): 128 low-bit bytes, 64 high-bit bytes, 16 int8 scales, f16 d
+    static constexpr size_t super_bytes =
+        210;  // sizeof(block_q6_K): 128 low-bit bytes, 64 high-bit bytes, 16 int8 scales, f16 d
     static constexpr int offset = 32;
     static constexpr bool minima = false, high_bits = false, halves = true, super = true;
     static constexpr size_t d_at = 0, scales_at = 32, values_at = 288, block_bytes = 384, h_at = 256;
@@ -297,7 +301,8 @@ struct Q6_K {
                     for (int n = 0; n < 16; ++n)
                         for (int t = 0; t < 4; ++t) {
                             uint8_t byte = 0;
-                            for (int f = 0; f < 4; ++f) byte |= uint8_t((v[n][32 * j + 4 * (4 * k + f) + t] >> 4) << (2 * f));
+                            for (int f = 0; f < 4; ++f)
+                                byte |= uint8_t((v[n][32 * j + 4 * (4 * k + f) + t] >> 4) << (2 * f));
                             out[values_at + block_bytes * j + h_at + 64 * k + 4 * n + t] = byte;
                         }
             }
