@@ -23,3 +23,8 @@ if [ ! -f "$build/build.ninja" ] || [ ${#tests[@]} -gt 0 ]; then
 fi
 echo "[setup] building kvlab" >&2
 cmake --build "$build" -j "$(nproc)" >&2
+# KVzap's scorer for the default model (kvlab train-scorer, docs/kvzap.md): trained once into
+# kvlab's cache, so that `kvlab demo` and the kvzap method need no extra step.
+if [ ${#tests[@]} -eq 0 ]; then
+  "$build/kvlab" train-scorer smollm2-135m >&2
+fi

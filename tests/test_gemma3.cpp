@@ -195,9 +195,10 @@ TEST_F(TinyGemma3, EveryMethodCompressesTheGlobalLayersAndAnswersTheSameInAnyBat
     const std::vector<int32_t> context = long_tokens(*tok_, 1300);
     const std::vector<int32_t> query(context.begin() + 200, context.begin() + 230);
     Engine e(model(), EngineOptions{512});
+    const std::string dir = test::temp_dir("gemma3-methods");
     for (const MethodInfo & m : press_methods()) {
         SCOPED_TRACE(m.name);
-        ContextSession s(e, {{m.name, {}}}, SessionOptions{64, 16, tok_});
+        ContextSession s(e, {{m.name, test::method_test_params(m.name, model(), dir)}}, SessionOptions{64, 16, tok_});
         s.prefill(context);
         const PreparedCache full = s.full();
         EXPECT_EQ(full.cache.total_rows(), full.cache.full_rows(1300));

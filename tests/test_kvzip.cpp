@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "ggml-backend.h"
 #include "kvlab/error.h"
 #include "kvlab/session.h"
 #include "support/tiny_gguf.h"
@@ -35,13 +36,19 @@ protected:
     static const Model & model() { return *tiny_->model; }
     static std::vector<int32_t> context() { return {tiny_->tokens.begin(), tiny_->tokens.begin() + k_L}; }
     static std::vector<int32_t> query() { return {tiny_->tokens.begin() + k_L, tiny_->tokens.end()}; }
-    static MethodRequest kvzip(bool layerwise) {
-        return {"kvzip", {{"chunk", std::to_string(k_chunk)}, {"layerwise", layerwise ? "true" : "false"}}};
+    static MethodRequest kvzip(bool layerwise, bool plus = false) {
+        return {"kvzip",
+                {{"chunk", std::to_string(k_chunk)},
+                 {"layerwise", layerwise ? "true" : "false"},
+                 {"plus", plus ? "true" : "false"}}};
     }
 
     // The reference: score[il][h][j] = max over the repeat queries and the group of the
-    // restricted softmax, in double, for j in [k_sink, L).
-    static std::vector<std::vector<std::vector<double>>> reference_scores(Engine & engine, const KvStore & prefilled) {
+    // restricted softmax, in double, for j in [k_sink, L). KVzip+ (plus): each probability of
+    // query row r and query head qh times ||W_o,qh v_j|| / ||x_r|| (x_r: the hidden state entering
+    // the attention at r, as the engine hands it over; W_o read from the model, the product in double).
+    static std::vector<std::vector<std::vector<double>>> reference_scores(Engine & engine, const KvStore & prefilled,
+                                                                          bool plus = false) {
         const HParams & hp = model().hparams();
         const std::vector<int32_t> ctx = context();
         const int d = hp.head_dim, group = hp.n_gqa();
@@ -59,16 +66,44 @@ protected:
             pass.insert(pass.end(), ctx.begin() + c0, ctx.begin() + c1);
             const int64_t m = int64_t(pass.size());
             std::vector<std::vector<float>> q(hp.n_layer);  // [layer][m][n_head][d]
+            std::vector<std::vector<double>> x_norm(hp.n_layer, std::vector<double>(size_t(m)));  // [layer][m]
             QueryObserver obs;
+            if (plus)
+                obs.on_hidden = [&](int il, int64_t tok0, int64_t n, const float * x) {
+                    for (int64_t r = 0; r < n; ++r) {
+                        double ss = 0.0;
+                        for (int e = 0; e < hp.n_embd; ++e) ss += double(x[r * hp.n_embd + e]) * x[r * hp.n_embd + e];
+                        x_norm[il][size_t(tok0 + r)] = std::sqrt(ss);
+                    }
+                };
             obs.on_queries = [&](int il, int64_t tok0, int64_t n, const float * qs) {
                 q[il].resize(size_t(m) * hp.n_head * d);
                 std::copy(qs, qs + n * hp.n_head * d, q[il].begin() + tok0 * hp.n_head * d);
             };
             KvStore work = prefilled.copy();
             engine.prefill(work, pass, nullptr, nullptr, &obs);
-            for (int il = 0; il < hp.n_layer; ++il)
+            for (int il = 0; il < hp.n_layer; ++il) {
+                const ggml_tensor * wo = model().attn_output(il);  // F32 [n_head * d][n_embd]
+                std::vector<float> w(size_t(ggml_nelements(wo)));
+                ggml_backend_tensor_get(const_cast<ggml_tensor *>(wo), w.data(), 0, ggml_nbytes(wo));
                 for (int h = 0; h < hp.n_head_kv; ++h) {
                     const std::vector<float> k = work.read_k(il, h);  // [L + m][d]
+                    const std::vector<float> v = work.read_v(il, h);
+                    // ||W_o,qh v_j|| of the chunk's rows for each query head of the group
+                    std::vector<std::vector<double>> vnorm(group, std::vector<double>(k_L, 1.0));
+                    if (plus)
+                        for (int g = 0; g < group; ++g)
+                            for (int64_t j = c0; j < c1; ++j) {
+                                double ss = 0.0;
+                                for (int e = 0; e < hp.n_embd; ++e) {
+                                    double o = 0.0;
+                                    for (int i = 0; i < d; ++i)
+                                        o += double(w[size_t(e) * hp.n_head * d + (h * group + g) * d + i]) *
+                                             v[size_t(j) * d + i];
+                                    ss += o * o;
+                                }
+                                vnorm[g][size_t(j)] = std::sqrt(ss);
+                            }
                     for (int64_t r = 0; r < m; ++r)
                         for (int g = 0; g < group; ++g) {
                             const float * qr = q[il].data() + (r * hp.n_head + h * group + g) * d;
@@ -85,10 +120,13 @@ protected:
                                 mx = std::max(mx, logit[x]);
                             }
                             for (double & v : logit) sum += (v = std::exp(v - mx));
+                            const double row = plus ? 1.0 / x_norm[il][size_t(r)] : 1.0;
                             for (int64_t x = k_sink; x < k_sink + (c1 - c0); ++x)
-                                best[il][h][keys[x]] = std::max(best[il][h][keys[x]], logit[x] / sum);
+                                best[il][h][keys[x]] =
+                                    std::max(best[il][h][keys[x]], logit[x] / sum * row * vnorm[g][size_t(keys[x])]);
                         }
                 }
+            }
         }
         return best;
     }
@@ -137,6 +175,31 @@ TEST_F(Kvzip, KeepsTheTopRowsOfAPlainDoubleReference) {
                 << "layers keep different counts";
         }
     }
+}
+
+TEST_F(Kvzip, PlusKeepsTheTopRowsOfItsDoubleReference) {
+    Engine engine(model());
+    const HParams & hp = model().hparams();
+    ContextSession s(engine, {kvzip(false, true), kvzip(false)}, SessionOptions{0, 0, tok_});
+    s.prefill(context());
+    const auto ref = reference_scores(engine, s.prefilled(), true);
+    const PreparedCache p = s.compress(0, Budget::from_ratio(0.6)), plain = s.compress(1, Budget::from_ratio(0.6));
+    ASSERT_EQ(p.cache.total_rows(), Budget::from_ratio(0.6).per_layer(k_L) * hp.n_layer * hp.n_head_kv);
+    double kept_min = 1e300, dropped_max = -1e300;
+    bool differs = false;
+    for (int il = 0; il < hp.n_layer; ++il)
+        for (int h = 0; h < hp.n_head_kv; ++h) {
+            differs = differs || p.cache.positions(il, h) != plain.cache.positions(il, h);
+            std::vector<bool> kept(k_L, false);
+            for (int32_t x : p.cache.positions(il, h)) kept[x] = true;
+            for (int64_t j = k_sink; j < k_L; ++j)
+                (kept[j] ? kept_min : dropped_max) =
+                    kept[j] ? std::min(kept_min, ref[il][h][j]) : std::max(dropped_max, ref[il][h][j]);
+        }
+    // float against double: a relative margin (the scores are KVzip's divided by ||x|| ~ 8)
+    EXPECT_GE(kept_min, dropped_max * (1.0 - 1e-4));
+    EXPECT_GT(kept_min, 0.0);
+    EXPECT_TRUE(differs) << "the normalisation changes the choice";
 }
 
 TEST_F(Kvzip, NoRepeatRowSurvivesAndRatioZeroIsBitIdentical) {

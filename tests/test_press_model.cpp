@@ -379,9 +379,10 @@ TEST_F(PressModel, RatioZeroAndLargeBudgetsKeepTheFullCacheLogits) {
     prefill(full, nullptr);
     KvStore f2 = full.copy();
     const auto want = e.prefill(f2, query());
+    const std::string dir = test::temp_dir("press-model-methods");
     for (const MethodInfo & m : press_methods())
         for (const Budget b : {Budget::from_ratio(0.0), Budget::from_tokens(k_L), Budget::from_tokens(k_L + 100)}) {
-            KvStore c = compressed(m.name, b);
+            KvStore c = compressed(m.name, b, test::method_test_params(m.name, *model_, dir));
             EXPECT_EQ(c.total_rows(), full.total_rows()) << m.name << " " << b.describe();
             EXPECT_EQ(e.prefill(c, query()), want) << m.name << " " << b.describe();  // bit-identical
         }

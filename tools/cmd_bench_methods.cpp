@@ -203,11 +203,22 @@ nlohmann::json to_json(const BenchMethodsArgs & a, const std::vector<MethodReque
 int run_bench_methods(const BenchMethodsArgs & a) {
     Loaded l = load(a.model, a.kernels.options(a.threads));
     std::vector<std::string> names = a.methods;
-    if (names.size() == 1 && names[0] == "all") {
+    const bool all = names.size() == 1 && names[0] == "all";
+    if (all) {
         names.clear();
         for (const MethodInfo & m : press_methods()) names.push_back(m.name);
     }
-    const auto params = parse_method_params(a.params, names);
+    auto params = parse_method_params(a.params, names);
+    if (all)  // every method that can run here: kvzap only with a trained scorer
+        std::erase_if(names, [&](const std::string & n) {
+            try {
+                make_press(n, apply_preset(a.preset, n, params.count(n) ? params.at(n) : ParamMap{}), *l.model);
+                return false;
+            } catch (const Error & e) {
+                std::fprintf(stderr, "[bench] skipping %s: %s\n", n.c_str(), e.what());
+                return true;
+            }
+        });
     std::vector<MethodRequest> methods;
     for (const std::string & n : names)
         methods.push_back({n, apply_preset(a.preset, n, params.count(n) ? params.at(n) : ParamMap{})});

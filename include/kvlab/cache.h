@@ -176,8 +176,9 @@ public:
     // computed, to within the quantization).
     std::vector<float> read_k(int il, int h) const;
     std::vector<float> read_v(int il, int h) const;
-    // Rows [row0, row0 + n) of segment (il, h)'s K as float32, [n][head_dim].
+    // Rows [row0, row0 + n) of segment (il, h)'s K or V as float32, [n][head_dim].
     std::vector<float> read_k(int il, int h, int64_t row0, int64_t n) const;
+    std::vector<float> read_v(int il, int h, int64_t row0, int64_t n) const;
 
     // The demoted rows of segment (il, h) as float32 [n_low][head_dim], K or V, rotated back.
     std::vector<float> read_low(int il, int h, bool value) const;

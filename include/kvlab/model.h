@@ -88,6 +88,9 @@ public:
     const std::string & path() const { return path_; }
     // The file's sha256 (lower-case hex), computed on first use (memoised in hash_cache_dir).
     const std::string & file_sha256() const;
+    // kvlab's cache directory it was loaded with (ModelOptions::hash_cache_dir: the sha256 memo,
+    // trained KVzap scorers under scorers/); "" for none.
+    const std::string & cache_dir() const { return hash_cache_dir_; }
     const gguf_context * gguf() const { return gguf_.get(); }
     ggml_backend * backend() const { return backend_.get(); }
     int n_threads() const;

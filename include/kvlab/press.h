@@ -161,7 +161,7 @@ public:
 private:
     std::vector<const QueryObserver *> obs_;
     QueryObserver all_;
-    int64_t per_row_ = 0;
+    int64_t per_row_ = 0, n_embd_ = 0;
 };
 
 // Throws kvlab::Error for an unknown method or parameter, or a malformed value.

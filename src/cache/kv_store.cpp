@@ -638,6 +638,11 @@ std::vector<float> KvStore::read_v(int il, int h) const {
     return rows_as_float(layers_[il].v, layers_[il].off[h], n_rows(il, h), head_dim_, types_.v_rotation(head_dim_));
 }
 
+std::vector<float> KvStore::read_v(int il, int h, int64_t row0, int64_t n) const {
+    KVLAB_ASSERT(row0 >= 0 && n >= 0 && row0 + n <= n_rows(il, h), "rows within the segment");
+    return rows_as_float(layers_[il].v, layers_[il].off[h] + row0, n, head_dim_, types_.v_rotation(head_dim_));
+}
+
 std::vector<float> KvStore::read_low(int il, int h, bool value) const {
     if (!types_.mixed()) return {};
     const Layer & l = layers_[il];

@@ -77,7 +77,7 @@ class StoreAttention {
 public:
     StoreAttention(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const KvStore & cache,
                    std::vector<std::vector<int64_t>> n_past, const std::vector<int32_t> & pos, bool use_ggml,
-                   bool observe)
+                   bool observe_q, bool observe_x)
         : ctx_(ctx),
           gf_(gf),
           hp_(hp),
@@ -85,16 +85,22 @@ public:
           n_past_(std::move(n_past)),
           pos_(pos),
           use_ggml_(use_ggml),
-          observe_(observe),
+          observe_q_(observe_q),
+          observe_x_(observe_x),
           q_seen_(hp.n_layer, nullptr),
+          x_seen_(hp.n_layer, nullptr),
           scale_(hp.kq_scale()),
           k_row_(cache.k_row_bytes()),
           v_row_(cache.v_row_bytes()) {}
 
-    ggml_tensor * operator()(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
-        if (observe_) {  // the queries as the model computed them (read_k() gives unrotated keys)
+    ggml_tensor * operator()(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * x) {
+        if (observe_q_) {  // the queries as the model computed them (read_k() gives unrotated keys)
             ggml_set_output(q);
             q_seen_[il] = q;
+        }
+        if (observe_x_) {
+            ggml_set_output(x);
+            x_seen_[il] = x;
         }
         // rotated rows (CacheTypes::rotate): Q and K by H_kr, V by H_vr, the output back by H_vr
         const int32_t kr = cache_.types().k_rotation(hp_.head_dim), vr = cache_.types().v_rotation(hp_.head_dim);
@@ -113,6 +119,8 @@ public:
 
     // Layer il's post-RoPE queries, F32 [head_dim, n_head, n] (graph outputs when observed).
     ggml_tensor * queries(int il) const { return q_seen_[il]; }
+    // Layer il's hidden state entering the attention, F32 [n_embd, n] (graph outputs when observed).
+    ggml_tensor * hidden(int il) const { return x_seen_[il]; }
 
 private:
     int64_t n() const { return int64_t(pos_.size()); }
@@ -271,8 +279,8 @@ private:
     std::vector<std::vector<int64_t>> n_past_;  // [n_layer][n_head_kv] rows held before the call
     const std::vector<int32_t> & pos_;          // [n] positions of the new tokens
     bool use_ggml_;
-    bool observe_;
-    std::vector<ggml_tensor *> q_seen_;  // [n_layer]
+    bool observe_q_, observe_x_;
+    std::vector<ggml_tensor *> q_seen_, x_seen_;  // [n_layer]
     float scale_;
     size_t k_row_, v_row_;  // bytes of one K row and of one V row
     std::vector<std::pair<ggml_tensor *, std::vector<ggml_fp16_t>>> masks_;
@@ -368,11 +376,13 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     in.out_ids = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n_out);  // I32 [n_out]
     for (ggml_tensor * t : {in.tokens, in.pos, in.out_ids}) ggml_set_input(t);
 
-    const bool observe = observer && observer->on_queries && tok0 + n > observer->first;
+    const bool wanted = observer && tok0 + n > observer->first;
+    const bool observe_q = wanted && observer->on_queries, observe_x = wanted && observer->on_hidden;
+    const bool observe = observe_q || observe_x;
     StoreAttention store(ctx.get(), gf, hp, cache, std::move(n_past), pos, opts_.attention == AttentionKernel::ggml,
-                         observe);
-    const AttentionFn attention = [&store](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
-        return store(il, q, k, v);
+                         observe_q, observe_x);
+    const AttentionFn attention = [&store](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * x) {
+        return store(il, q, k, v, x);
     };
     ggml_tensor * logits =
         model_.arch().build_graph(GraphContext{ctx.get(), gf, hp, model_.products(), in, attention, &model_.panels()});
@@ -399,10 +409,18 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     if (observe) {
         const int64_t first = std::max<int64_t>(0, observer->first - tok0);
         const int64_t per_row = int64_t(hp.n_head) * hp.head_dim;
-        std::vector<float> qrows(size_t((n - first) * per_row));
+        std::vector<float> qrows(observe_q ? size_t((n - first) * per_row) : 0);
+        std::vector<float> xrows(observe_x ? size_t((n - first) * hp.n_embd) : 0);
         // observers see q.k / sqrt(head_dim) as the logit (1 where the kernel scales by that)
         const float q_factor = hp.attn_scale > 0.0f ? hp.attn_scale * std::sqrt(float(hp.head_dim)) : 1.0f;
         for (int il = 0; il < hp.n_layer; ++il) {
+            if (observe_x) {                         // before the layer's queries: an observer may weigh them by it
+                ggml_tensor * x = store.hidden(il);  // F32 [n_embd, n]
+                KVLAB_ASSERT(x && ggml_is_contiguous(x), "observed hidden states are contiguous");
+                ggml_backend_tensor_get(x, xrows.data(), first * x->nb[1], xrows.size() * sizeof(float));
+                observer->on_hidden(il, tok0 + first, n - first, xrows.data());
+            }
+            if (!observe_q) continue;
             ggml_tensor * q = store.queries(il);  // F32 [head_dim, n_head, n], contiguous rope output
             KVLAB_ASSERT(q && ggml_is_contiguous(q), "observed queries are contiguous");
             ggml_backend_tensor_get(q, qrows.data(), first * q->nb[2], qrows.size() * sizeof(float));

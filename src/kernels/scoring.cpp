@@ -112,9 +112,9 @@ namespace {
 // The attention scores of n query rows x their group's heads against keys (transposed to
 // [d][n_pad]) where row r sees keys [0, visible(r)): the transposed layout makes one query's scores
 // over its keys are FMA loops along the keys (vectorised, no horizontal sums), a tile of rows
-// x the group's heads sharing each pass over them (block_scores). For each query vector,
-// take(r, s, vis) gets its scaled scores s[j] = q.k_j / sqrt(d) for j < vis (s may be
-// overwritten).
+// x the group's heads sharing each pass over them (block_scores). For each query vector (row
+// r, head g of the group), take(r, g, s, vis) gets its scaled scores s[j] = q.k_j / sqrt(d)
+// for j < vis (s may be overwritten).
 template <class Visible, class Take>
 void tiled_scores(const float * q, int64_t q_stride, int64_t n, const TransposedKeys & keys, int group,
                   const Visible & visible, const Take & take) {
@@ -138,7 +138,8 @@ void tiled_scores(const float * q, int64_t q_stride, int64_t n, const Transposed
             block_scores_for[nb - 1](keys.kt.data(), nk_pad, vis_max, qs.data() + size_t(v0) * d, d,
                                      p.data() + size_t(v0) * nk_pad);
         }
-        for (int v = 0; v < nv; ++v) take(r0 + v / group, p.data() + size_t(v) * nk_pad, visible(r0 + v / group));
+        for (int v = 0; v < nv; ++v)
+            take(r0 + v / group, v % group, p.data() + size_t(v) * nk_pad, visible(r0 + v / group));
     }
 }
 
@@ -155,7 +156,7 @@ void accumulate_column_sums(const float * q, int64_t q_stride, int64_t n, int64_
     const float inv = 1.0f / float(group);
     tiled_scores(
         q, q_stride, n, TransposedKeys(k, p0 + n, d), group, [p0](int64_t r) { return p0 + r + 1; },
-        [&](int64_t, float * e, int64_t vis) {
+        [&](int64_t, int, float * e, int64_t vis) {
             const float m = max_of(e, vis);
             float sum = 0.0f;
             for (int64_t j = 0; j < vis; ++j) {
@@ -185,21 +186,28 @@ TransposedKeys::TransposedKeys(const float * k, int64_t n_keys, int dim)
 }
 
 void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const TransposedKeys & kt,
-                              int64_t n_fixed, int64_t n_rep, int group, float * best) {
+                              int64_t n_fixed, int64_t n_rep, int group, float * best, const float * row_weight,
+                              const float * key_weight) {
     KVLAB_ASSERT(kt.n == n_fixed + n_rep, "the restricted keys are the fixed and the repeat keys");
     // in the log domain: log p_j = s_j - (max + log sum), so the exps are summed, never
-    // stored, and the max over queries is a subtraction and a max per key
-    std::vector<float> log_best(static_cast<size_t>(n_fixed), std::numeric_limits<float>::lowest());
+    // stored, and the max over queries is a subtraction and a max per key; with weights, the
+    // rows' (log w_r) before the max over rows, the keys' (per head of the group) after it
+    const int n_best = key_weight ? group : 1;
+    std::vector<float> log_best(static_cast<size_t>(n_best * n_fixed), std::numeric_limits<float>::lowest());
     tiled_scores(
         q, q_stride, n, kt, group, [&](int64_t r) { return n_fixed + std::min(n_rep, r0 + r + 1); },
-        [&](int64_t, const float * s, int64_t vis) {
+        [&](int64_t r, int g, const float * s, int64_t vis) {
             const float m = max_of(s, vis);
             float sum = 0.0f;
             for (int64_t j = 0; j < vis; ++j) sum += std::exp(s[j] - m);
-            const float c = m + std::log(sum);
-            for (int64_t j = 0; j < n_fixed; ++j) log_best[j] = std::max(log_best[j], s[j] - c);
+            const float c = m + std::log(sum) - (row_weight ? std::log(row_weight[r]) : 0.0f);
+            float * lb = log_best.data() + (key_weight ? g * n_fixed : 0);
+            for (int64_t j = 0; j < n_fixed; ++j) lb[j] = std::max(lb[j], s[j] - c);
         });
-    for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], std::exp(log_best[j]));
+    for (int g = 0; g < n_best; ++g)
+        for (int64_t j = 0; j < n_fixed; ++j)
+            best[j] = std::max(best[j],
+                               std::exp(log_best[g * n_fixed + j]) * (key_weight ? key_weight[g * n_fixed + j] : 1.0f));
 }
 
 void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const float * k,

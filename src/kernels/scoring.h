@@ -54,9 +54,13 @@ struct TransposedKeys {
     int64_t n, n_pad;
     int d;
 };
-// restricted_max_attention on keys transposed once (kt.n == n_fixed + n_rep).
+// restricted_max_attention on keys transposed once (kt.n == n_fixed + n_rep). KVzip+ (kvpress
+// kvzip_plus_normalization): with row_weight [n] and key_weight [group][n_fixed] (either may be
+// null: 1), each probability p(r, g, j) is multiplied by row_weight[r] * key_weight[g][j] before
+// the max over the rows and the group (KVzip+: 1 / ||x_r||, ||W_o,g^T v_j||).
 void restricted_max_attention(const float * q, int64_t q_stride, int64_t n, int64_t r0, const TransposedKeys & kt,
-                              int64_t n_fixed, int64_t n_rep, int group, float * best);
+                              int64_t n_fixed, int64_t n_rep, int group, float * best,
+                              const float * row_weight = nullptr, const float * key_weight = nullptr);
 
 // Knorm: -||k_j||_2 for each of L keys [L][d].
 std::vector<float> negative_key_norms(const float * k, int64_t L, int d);

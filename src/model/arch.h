@@ -61,8 +61,10 @@ private:
 
 // Attention over the KV store for layer il, supplied by the engine.
 // q: F32 [head_dim, n_head, n_tokens] (post-RoPE); k, v: F32 [head_dim, n_head_kv, n_tokens]
-// (k post-RoPE). Returns F32 [n_head*head_dim, n_tokens].
-using AttentionFn = std::function<ggml_tensor *(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v)>;
+// (k post-RoPE); x: F32 [n_embd, n_tokens], the hidden state entering the attention (after
+// its norm: what the projections read). Returns F32 [n_head*head_dim, n_tokens].
+using AttentionFn =
+    std::function<ggml_tensor *(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * x)>;
 
 struct GraphInputs {
     ggml_tensor * tokens = nullptr;   // I32 [n_tokens]

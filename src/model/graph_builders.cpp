@@ -54,6 +54,7 @@ Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float nor
     const HParams & hp = g.hp;
     const int64_t n = g.n_tokens();
     Qkv r;
+    r.x = x;
     const auto [q, k, v] = matmuls<3>(g, {w.wq, w.wk, w.wv}, x);
     r.q = ggml_reshape_3d(g.ctx, add_bias(g.ctx, q, w.bq), hp.head_dim, hp.n_head, n);
     r.k = ggml_reshape_3d(g.ctx, add_bias(g.ctx, k, w.bk), hp.head_dim, hp.n_head_kv, n);
@@ -73,7 +74,7 @@ ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_f
 }
 
 ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_tensor * wo, ggml_tensor * bo) {
-    ggml_tensor * a = g.attention(il, qkv.q, qkv.k, qkv.v);  // F32 [n_head*head_dim, n_tokens]
+    ggml_tensor * a = g.attention(il, qkv.q, qkv.k, qkv.v, qkv.x);  // F32 [n_head*head_dim, n_tokens]
     return linear(g, wo, bo, a);
 }
 

@@ -43,6 +43,7 @@ struct QkvWeights {
 };
 
 struct Qkv {
+    ggml_tensor * x = nullptr;  // F32 [n_embd, n_tokens]: the (normed) input the projections read
     ggml_tensor * q = nullptr;  // F32 [head_dim, n_head, n_tokens]
     ggml_tensor * k = nullptr;  // F32 [head_dim, n_head_kv, n_tokens]
     ggml_tensor * v = nullptr;  // F32 [head_dim, n_head_kv, n_tokens]

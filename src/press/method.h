@@ -94,6 +94,13 @@ std::vector<ParamSpec> wrapper_specs(const std::vector<ParamSpec> & own, const P
 std::vector<float> keys(const KvStore & cache, int il, int h);
 std::vector<float> values(const KvStore & cache, int il, int h);
 
+// W_o of layer il (Model::attn_output) dequantized to float32, [n_embd][n_head * head_dim].
+std::vector<float> output_matrix(const Model & m, int il);
+// The Gram matrix of each query head's block of W_o: G_h = W_h^T W_h, [n_head][head_dim][head_dim]
+// (W_h = the head_dim columns of head h), so that ||W_h v||^2 = v^T G_h v: the norm of value v's
+// contribution to the layer's output through head h (KVzip+).
+std::vector<float> output_grams(const Model & m, int il);
+
 // Runs f(i) for i in [0, n) on up to n_threads threads (the caller's among them), each taking
 // the next i in turn; f(i) must depend on nothing another index writes. An exception from f
 // is rethrown once every thread has stopped.

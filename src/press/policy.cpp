@@ -53,6 +53,65 @@ KeepPlan select_per_head(const Scores & s, const std::vector<std::vector<int64_t
     return plan;
 }
 
+namespace {
+// n[il][h] = -1 (every row) outside `layers`.
+KeepPlan select_counts(const Scores & s, const std::vector<std::vector<int64_t>> & n) {
+    KeepPlan plan(s.s.size());
+    for (size_t il = 0; il < s.s.size(); ++il)
+        for (size_t h = 0; h < s.s[il].size(); ++h) {
+            if (n[il][h] >= 0) {
+                plan[il].push_back(keep_rows(s, s.s[il][h], n[il][h]));
+            } else {
+                plan[il].emplace_back(size_t(s.L));
+                std::iota(plan[il].back().begin(), plan[il].back().end(), 0);
+            }
+        }
+    return plan;
+}
+
+std::vector<std::vector<int64_t>> every_row(const Scores & s, const std::vector<int> & layers) {
+    std::vector<std::vector<int64_t>> n(s.s.size());
+    for (size_t il = 0; il < s.s.size(); ++il) n[il].assign(s.s[il].size(), -1);
+    for (int il : layers) std::fill(n[size_t(il)].begin(), n[size_t(il)].end(), 0);
+    return n;
+}
+}  // namespace
+
+KeepPlan select_global(const Scores & s, int64_t B, const std::vector<int> & layers) {
+    check_budget(s, B);
+    std::vector<std::vector<int64_t>> n = every_row(s, layers);
+    const std::vector<int32_t> cand = candidate_rows(s);
+    const int64_t nc = int64_t(cand.size());
+    // flat index: (position in layers, head, candidate)
+    std::vector<int64_t> idx;
+    std::vector<float> score;
+    for (size_t li = 0; li < layers.size(); ++li)
+        for (size_t h = 0; h < s.s[size_t(layers[li])].size(); ++h)
+            for (int64_t c = 0; c < nc; ++c) {
+                idx.push_back(int64_t(idx.size()));
+                score.push_back(s.s[size_t(layers[li])][h][size_t(cand[size_t(c)])]);
+            }
+    if (layers.empty() || nc == 0) return select_counts(s, n);
+    const int64_t n_head = int64_t(s.s[size_t(layers[0])].size());
+    const int64_t pick =
+        std::min<int64_t>(std::max<int64_t>(0, B - s.forced()) * n_head * int64_t(layers.size()), int64_t(idx.size()));
+    std::nth_element(idx.begin(), idx.begin() + pick, idx.end(), [&](int64_t a, int64_t b) {
+        return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b);
+    });
+    for (int64_t i = 0; i < pick; ++i)
+        ++n[size_t(layers[size_t(idx[size_t(i)] / nc / n_head)])][size_t((idx[size_t(i)] / nc) % n_head)];
+    return select_counts(s, n);
+}
+
+KeepPlan select_threshold(const Scores & s, float t, const std::vector<int> & layers) {
+    std::vector<std::vector<int64_t>> n = every_row(s, layers);
+    for (int il : layers)
+        for (size_t h = 0; h < s.s[size_t(il)].size(); ++h)
+            for (int64_t j = 0; j < s.L; ++j)
+                if (!s.is_forced(j) && s.s[size_t(il)][h][size_t(j)] >= t) ++n[size_t(il)][h];
+    return select_counts(s, n);
+}
+
 KeepPlan select_per_layer_budget(const Scores & s, const std::vector<int64_t> & B) {
     const int n_layer = int(s.s.size());
     KeepPlan plan(n_layer);

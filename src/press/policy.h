@@ -18,6 +18,15 @@ KeepPlan select_per_layer_budget(const Scores & s, const std::vector<int64_t> & 
 // Each (layer, head) keeps its forced rows plus its top n[il][h] candidate rows.
 KeepPlan select_per_head(const Scores & s, const std::vector<std::vector<int64_t>> & n);
 
+// One threshold over the candidates of every (layer, head) of `layers` (scores comparable across
+// layers and heads: KVzip's, KVzap's): each keeps its forced rows, and together they keep the top
+// (B - forced) * n_head * |layers| candidates (ties to the lower layer, head, row); the other
+// layers keep every row (compress() restricts the sliding-window layers).
+KeepPlan select_global(const Scores & s, int64_t B, const std::vector<int> & layers);
+// Each (layer, head) of `layers` keeps its forced rows and the candidates scoring at least t;
+// the other layers keep every row.
+KeepPlan select_threshold(const Scores & s, float t, const std::vector<int> & layers);
+
 // The candidate (non-forced) rows and their scores for layer il, head h.
 std::vector<int32_t> candidate_rows(const Scores & s);
 std::vector<float> candidate_scores(const Scores & s, int il, int h);

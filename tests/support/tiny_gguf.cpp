@@ -12,6 +12,7 @@
 #include "ggml-cpp.h"
 #include "gguf.h"
 #include "kvlab/error.h"
+#include "kvlab/surrogate.h"
 #include "kvlab/text.h"
 #include "llama.h"
 #include "support/fixtures.h"
@@ -352,6 +353,25 @@ std::unique_ptr<TinyModel> load_tiny_model(const TinySpec & spec, const std::str
     t->tokens = Tokenizer(path).encode(test_text("avg.txt"));
     t->tokens.resize(n_tokens);
     return t;
+}
+
+ParamMap method_test_params(const std::string & method, const Model & model, const std::string & dir) {
+    if (method != "kvzap") return {};
+    const std::string path = dir + "/" + model.file_sha256().substr(0, 16) + "-random.kvzap";
+    if (!std::filesystem::exists(path)) {
+        const HParams & hp = model.hparams();
+        std::mt19937_64 rng(7);
+        std::normal_distribution<float> nd(0.0f, 0.3f);
+        std::vector<Surrogate::Layer> layers(static_cast<size_t>(hp.n_layer));
+        for (auto & l : layers) {
+            for (int i = 0; i < hp.n_head_kv * hp.n_embd; ++i) l.w1.push_back(nd(rng));
+            l.b1.assign(static_cast<size_t>(hp.n_head_kv), 0.0f);
+        }
+        Surrogate s(Surrogate::Kind::linear, hp.n_embd, hp.n_head_kv, 0, std::move(layers));
+        s.model = {{"name", "test"}, {"sha256", model.file_sha256()}, {"arch", hp.arch}};
+        s.save(path);
+    }
+    return {{"scorer", path}};
 }
 
 }  // namespace kvlab::test

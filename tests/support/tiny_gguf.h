@@ -10,6 +10,7 @@
 
 #include "ggml.h"
 #include "kvlab/model.h"
+#include "kvlab/press.h"
 
 namespace kvlab::test {
 
@@ -44,6 +45,11 @@ std::string write_tiny_gguf(const TinySpec & spec, const std::string & vocab_src
 // ~/.cache/kvlab/models/smollm2-135m-0.1.2.gguf. Throws kvlab::Error naming the fix
 // (scripts/models.sh smollm2-135m) when the file is missing.
 std::string default_model_path();
+
+// The parameters a method needs on `model` beyond its defaults: kvzap's scorer (a seeded random
+// linear surrogate of the model's shape, bound to its sha256, written into dir once); {} for the
+// others.
+kvlab::ParamMap method_test_params(const std::string & method, const kvlab::Model & model, const std::string & dir);
 
 // A tiny model of `spec` written into a fresh temporary directory and loaded (2 threads),
 // with the first n_tokens ids of tests/data/avg.txt in its vocabulary. The directory goes

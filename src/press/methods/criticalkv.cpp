@@ -4,10 +4,7 @@
 // the output matrix of each query head of the group, averaged over the group.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
-#include "ggml-backend.h"
-#include "ggml.h"
 #include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "press/method.h"
@@ -18,23 +15,6 @@ namespace kvlab::press {
 namespace {
 
 constexpr float k_eps = 1e-4f;
-
-// W_o of layer il dequantized to float32, [n_embd][n_head * head_dim].
-std::vector<float> output_matrix(const Model & m, int il) {
-    const ggml_tensor * wo = m.attn_output(il);
-    const int64_t n_in = wo->ne[0], n_out = wo->ne[1];
-    std::vector<float> w(size_t(n_in * n_out));
-    std::vector<uint8_t> raw(ggml_nbytes(wo));
-    ggml_backend_tensor_get(const_cast<ggml_tensor *>(wo), raw.data(), 0, raw.size());
-    if (wo->type == GGML_TYPE_F32) {
-        std::memcpy(w.data(), raw.data(), w.size() * sizeof(float));
-    } else {
-        const auto * tr = ggml_get_type_traits(wo->type);
-        if (!tr->to_float) throw Error("press", "criticalkv: cannot dequantize the output matrix");
-        for (int64_t r = 0; r < n_out; ++r) tr->to_float(raw.data() + r * wo->nb[1], w.data() + r * n_in, n_in);
-    }
-    return w;
-}
 
 class CriticalPress : public Press {
 public:

@@ -6,13 +6,19 @@
 // rows; causal inside the repeat block) and a chunk row scores the max over those queries
 // and the query heads of its GQA group. One global threshold over every (layer, KV head,
 // row) score: layers and heads keep different counts, and the rest is freed (kvpress only
-// masks them). `layerwise`: the same count per layer.
+// masks them). `layerwise`: the same count per layer. `plus` (KVzip+, kvpress
+// kvzip_plus_normalization; the target KVzap learns): each probability is divided by the norm
+// of the hidden state entering the attention at the repeat query and multiplied by the norm of
+// the key's value through the query head's block of W_o, before the maxima.
+#include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "press/method.h"
+#include "press/policy.h"
 
 namespace kvlab::press {
 namespace {
@@ -26,6 +32,8 @@ public:
           n_sink_(p.get_int("n_sink")),
           overlap_(p.get_int("overlap")),
           layerwise_(p.get_bool("layerwise")),
+          plus_(p.get_bool("plus")),
+          model_(m),
           prompt_(p.get_string("prompt")),
           prompt_next_(p.get_string("prompt_next")) {
         if (chunk_ < 1) throw Error("press", "kvzip: chunk must be at least 1");
@@ -41,6 +49,8 @@ public:
         if (!cache.uniform() || cache.n_rows(0, 0) != L_ || cache.next_pos() != L_)
             throw Error("press", "kvzip scores a freshly prefilled context");
         best_.assign(hp_.n_layer, std::vector<std::vector<float>>(hp_.n_head_kv, std::vector<float>(size_t(L_), 0.0f)));
+        if (plus_ && grams_.empty())
+            for (int il = 0; il < hp_.n_layer; ++il) grams_.push_back(output_grams(model_, il));
         const std::vector<int32_t> suffix = tok.user_turn_suffix();
         passes_.clear();
         for (int64_t c0 = std::min(n_sink_, L_); c0 < L_; c0 += chunk_) {
@@ -55,6 +65,18 @@ public:
             pass->tokens.insert(pass->tokens.end(), context.begin() + c0, context.begin() + pass->c1);
             pass->seen.assign(hp_.n_layer, 0);
             Pass * ps = pass.get();
+            if (plus_) {
+                pass->row_w.assign(hp_.n_layer, std::vector<float>(pass->tokens.size(), 0.0f));
+                pass->key_w.assign(hp_.n_layer, {});
+                pass->obs.on_hidden = [this, ps](int il, int64_t tok0, int64_t n, const float * x) {
+                    for (int64_t r = 0; r < n; ++r) {
+                        double ss = 0.0;
+                        for (int e = 0; e < hp_.n_embd; ++e)
+                            ss += double(x[r * hp_.n_embd + e]) * x[r * hp_.n_embd + e];
+                        ps->row_w[il][size_t(tok0 + r)] = float(1.0 / std::max(std::sqrt(ss), 1e-30));
+                    }
+                };
+            }
             pass->obs.on_queries = [this, ps, &cache](int il, int64_t tok0, int64_t n, const float * q) {
                 observe(*ps, cache, il, tok0, n, q);
             };
@@ -76,39 +98,21 @@ public:
         if (B < sink)
             throw Error("press", "kvzip: a budget of " + std::to_string(B) + " rows per layer is below the " +
                                      std::to_string(sink) + " sinks every head keeps");
-        const int n_layer = hp_.n_layer, n_head = hp_.n_head_kv;
-        std::vector<std::vector<std::vector<char>>> keep(
-            n_layer, std::vector<std::vector<char>>(n_head, std::vector<char>(size_t(L), 0)));
-        for (auto & layer : keep)
-            for (auto & head : layer) std::fill(head.begin(), head.begin() + sink, 1);
-        // candidates: (layer, head, row) past the sinks; ties go to the lower index
-        const auto select = [&](const std::vector<int> & layers, int64_t n_pick) {
-            std::vector<int64_t> idx;
-            for (int il : layers)
-                for (int h = 0; h < n_head; ++h)
-                    for (int64_t j = sink; j < L; ++j) idx.push_back((int64_t(il) * n_head + h) * L + j);
-            n_pick = std::min<int64_t>(n_pick, int64_t(idx.size()));
-            const auto score = [&](int64_t x) { return best_[x / L / n_head][(x / L) % n_head][x % L]; };
-            std::nth_element(idx.begin(), idx.begin() + n_pick, idx.end(), [&](int64_t a, int64_t b) {
-                return score(a) > score(b) || (score(a) == score(b) && a < b);
-            });
-            for (int64_t i = 0; i < n_pick; ++i) keep[idx[i] / L / n_head][(idx[i] / L) % n_head][idx[i] % L] = 1;
-        };
-        const int64_t per_layer = (B - sink) * n_head;  // rows past the sinks a layer keeps on average
-        // the layers the budget compresses (a sliding-window layer keeps its window unless
-        // budget.sliding): the global threshold is over theirs only
+        // one global threshold over the compressed layers (a sliding-window layer keeps its
+        // window unless budget.sliding); `layerwise`: one per layer
+        const Scores s = scores();
         const std::vector<int> layers = compressed_layers(cache, budget);
-        if (layerwise_) {
-            for (int il : layers) select({il}, per_layer);
-        } else {
-            select(layers, per_layer * int64_t(layers.size()));
-        }
-        KeepPlan plan(n_layer, std::vector<std::vector<int32_t>>(n_head));
-        for (int il = 0; il < n_layer; ++il)
-            for (int h = 0; h < n_head; ++h)
-                for (int64_t j = 0; j < L; ++j)
-                    if (keep[il][h][j]) plan[il][h].push_back(int32_t(j));
+        if (!layerwise_) return select_global(s, B, layers);
+        KeepPlan plan = select_global(s, B, {});
+        for (int il : layers) plan[size_t(il)] = select_global(s, B, {il})[size_t(il)];
         return plan;
+    }
+
+    RowScores last_scores() const override {
+        const Scores s = scores();
+        RowScores r{s.s, std::vector<char>(size_t(s.L), 0)};
+        for (int64_t j = 0; j < s.L; ++j) r.forced[size_t(j)] = s.is_forced(j);
+        return r;
     }
 
 private:
@@ -117,6 +121,10 @@ private:
         std::vector<int32_t> tokens;
         std::vector<int64_t> seen;  // [layer] query rows observed
         QueryObserver obs;
+        // KVzip+: [layer][pass token] 1 / ||x||; [layer][head][g][fixed key] ||W_o,g v|| (made on
+        // the layer's first block of queries: the fixed keys are in the store by then)
+        std::vector<std::vector<float>> row_w;
+        std::vector<std::vector<std::vector<float>>> key_w;
     };
 
     // One layer's repeat queries of tokens [tok0, tok0 + n) of the pass, while the store
@@ -135,6 +143,7 @@ private:
                 kh.insert(kh.end(), part.begin(), part.end());
             k.emplace_back(kh.data(), n_fixed + n_rep, d);
         }
+        if (plus_ && p.key_w[il].empty()) p.key_w[il] = value_weights(cache, il, p.c0, n_chunk);
         // tasks: (head, block of query rows), each with its own maxima, merged after
         constexpr int64_t rows_per_task = 64;
         const int64_t n_blocks = (n + rows_per_task - 1) / rows_per_task;
@@ -142,8 +151,9 @@ private:
         parallel_for(hp_.n_head_kv * n_blocks, n_threads_, [&](int64_t t) {
             const int64_t h = t / n_blocks, r0 = (t % n_blocks) * rows_per_task, nr = std::min(rows_per_task, n - r0);
             best[t].assign(size_t(n_fixed), 0.0f);
-            kernels::restricted_max_attention(q + r0 * q_stride + h * group * d, q_stride, nr, tok0 + r0, k[h], n_fixed,
-                                              n_rep, group, best[t].data());
+            kernels::restricted_max_attention(
+                q + r0 * q_stride + h * group * d, q_stride, nr, tok0 + r0, k[h], n_fixed, n_rep, group, best[t].data(),
+                plus_ ? p.row_w[il].data() + tok0 + r0 : nullptr, plus_ ? p.key_w[il][h].data() : nullptr);
         });
         for (int64_t t = 0; t < int64_t(best.size()); ++t) {
             std::vector<float> & out = best_[il][t / n_blocks];
@@ -152,10 +162,41 @@ private:
         p.seen[il] += n;
     }
 
+    // ||W_o,g v_j|| of the fixed keys (sinks, then the chunk's rows) of every head: [head][g * n_fixed + j].
+    std::vector<std::vector<float>> value_weights(const KvStore & cache, int il, int64_t c0, int64_t n_chunk) const {
+        const int group = hp_.n_gqa(), d = hp_.head_dim;
+        const int64_t sink = std::min(n_sink_, L_), n_fixed = sink + n_chunk;
+        std::vector<std::vector<float>> w(hp_.n_head_kv, std::vector<float>(size_t(group * n_fixed)));
+        for (int h = 0; h < hp_.n_head_kv; ++h) {
+            std::vector<float> v = cache.read_v(il, h, 0, sink);
+            const std::vector<float> vc = cache.read_v(il, h, c0, n_chunk);
+            v.insert(v.end(), vc.begin(), vc.end());
+            using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+            const Eigen::Map<const RowMajor> V(v.data(), n_fixed, d);
+            for (int g = 0; g < group; ++g) {
+                const Eigen::Map<const RowMajor> G(grams_[il].data() + size_t(h * group + g) * d * d, d, d);
+                const RowMajor VG = V * G;  // ||W_o,g v||^2 = v^T G v, row by row
+                const Eigen::VectorXf sq = (VG.array() * V.array()).rowwise().sum();
+                for (int64_t j = 0; j < n_fixed; ++j) w[h][size_t(g * n_fixed + j)] = std::sqrt(std::max(sq[j], 0.0f));
+            }
+        }
+        return w;
+    }
+
+    Scores scores() const {
+        Scores s;
+        s.L = L_;
+        s.n_sink = std::min(n_sink_, L_);
+        s.s = best_;
+        return s;
+    }
+
     HParams hp_;
     int n_threads_;
     int64_t chunk_, n_sink_, overlap_;
-    bool layerwise_;
+    bool layerwise_, plus_;
+    const Model & model_;
+    std::vector<std::vector<float>> grams_;  // KVzip+: [layer] output_grams
     std::string prompt_, prompt_next_;
     int64_t L_ = 0;
     std::vector<std::unique_ptr<Pass>> passes_;
@@ -172,6 +213,10 @@ const MethodRegistrar reg([] {
          {"n_sink", "4", "first rows every head keeps"},
          {"overlap", "8", "tokens of the previous chunk after the later chunks' prompt"},
          {"layerwise", "false", "the same count per layer instead of one global threshold"},
+         {"plus", "false",
+          "KVzip+ (kvpress kvzip_plus_normalization): each probability divided by the norm of the hidden state "
+          "entering the attention at the repeat query and multiplied by the norm of the value through the query "
+          "head's block of W_o"},
          {"prompt", "\n\nRepeat the previous context exactly.", "the first chunk's repeat prompt"},
          {"prompt_next", "\n\nRepeat the part of the previous context exactly, starting with",
           "the later chunks' repeat prompt (followed by the previous chunk's last `overlap` tokens)"}},

@@ -1,0 +1,222 @@
+// train_scorer: KVzip+ targets from kvzip's own repeat passes, ridge fits per layer (RidgeFit),
+// the fit on held-out texts.
+#include "kvlab/scorer_training.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "kvlab/error.h"
+#include "kvlab/press.h"
+#include "kvlab/sys.h"
+
+namespace kvlab {
+
+namespace {
+
+constexpr int64_t k_unscored = 4;  // kvzip's sinks: no score of their own
+
+// The hidden states (X [layer][m][n_embd]) and log KVzip+ scores (Y [layer][m][n_head_kv]) of
+// m rows sampled from one text's context.
+struct DocSamples {
+    int64_t m = 0;
+    std::vector<std::vector<float>> x, y;
+};
+
+DocSamples collect(Engine & engine, const Tokenizer & tok, const std::string & text, int64_t samples,
+                   std::mt19937_64 & rng) {
+    const Model & model = engine.model();
+    const HParams & hp = model.hparams();
+    const std::vector<int32_t> ctx = tok.context_prompt(text, "").context;
+    const int64_t L = int64_t(ctx.size());
+    DocSamples d;
+    if (L <= k_unscored) return d;
+    std::vector<int64_t> rows(size_t(L - k_unscored));
+    std::iota(rows.begin(), rows.end(), k_unscored);
+    d.m = std::min<int64_t>(samples, int64_t(rows.size()));
+    for (int64_t i = 0; i < d.m; ++i)
+        std::swap(rows[size_t(i)], rows[size_t(i + int64_t(rng() % uint64_t(int64_t(rows.size()) - i)))]);
+    rows.resize(size_t(d.m));
+    std::sort(rows.begin(), rows.end());
+    d.x.assign(size_t(hp.n_layer), std::vector<float>(size_t(d.m * hp.n_embd)));
+    d.y.assign(size_t(hp.n_layer), std::vector<float>(size_t(d.m * hp.n_head_kv)));
+
+    QueryObserver hidden;
+    hidden.on_hidden = [&](int il, int64_t tok0, int64_t n, const float * x) {
+        auto it = std::lower_bound(rows.begin(), rows.end(), tok0);
+        for (; it != rows.end() && *it < tok0 + n; ++it)
+            std::copy_n(x + (*it - tok0) * hp.n_embd, hp.n_embd,
+                        d.x[size_t(il)].begin() + (it - rows.begin()) * hp.n_embd);
+    };
+    KvStore cache = engine.new_cache(L);
+    cache.hold_all_rows(true);  // kvzip scores every layer's rows (sliding-window ones too)
+    engine.prefill(cache, ctx, nullptr, nullptr, &hidden);
+    std::unique_ptr<Press> press = make_press("kvzip", {{"plus", "true"}}, model);
+    for (const ScoringPass & pass : press->scoring_passes(cache, ctx, tok)) {
+        engine.prefill(cache, pass.tokens, nullptr, nullptr, pass.observer);
+        cache.rollback(int64_t(pass.tokens.size()));
+    }
+    const Press::RowScores s = press->last_scores();
+    for (int il = 0; il < hp.n_layer; ++il)
+        for (int64_t i = 0; i < d.m; ++i)
+            for (int h = 0; h < hp.n_head_kv; ++h)  // log(0) where every probability underflowed: the floor
+                d.y[size_t(il)][size_t(i * hp.n_head_kv + h)] =
+                    std::log(std::max(s.s[size_t(il)][size_t(h)][size_t(rows[size_t(i)])], 1e-30f));
+    return d;
+}
+
+std::vector<double> ranks(const std::vector<float> & v) {
+    std::vector<size_t> idx(v.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+    std::vector<double> r(v.size());
+    for (size_t i = 0; i < idx.size();) {
+        size_t j = i;
+        while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+        for (size_t k = i; k <= j; ++k) r[idx[k]] = 0.5 * double(i + j);  // average rank of the ties
+        i = j + 1;
+    }
+    return r;
+}
+
+// R^2 of predictions p against truths t, [m][n_out] each, averaged over the outputs
+// (scikit-learn's r2_score, multioutput="uniform_average").
+double r2(const std::vector<float> & t, const std::vector<float> & p, int n_out) {
+    const size_t m = t.size() / size_t(n_out);
+    double sum = 0.0;
+    for (int o = 0; o < n_out; ++o) {
+        double mean = 0.0, res = 0.0, tot = 0.0;
+        for (size_t i = 0; i < m; ++i) mean += t[i * n_out + o];
+        mean /= double(m);
+        for (size_t i = 0; i < m; ++i) {
+            res += std::pow(double(t[i * n_out + o]) - p[i * n_out + o], 2);
+            tot += std::pow(double(t[i * n_out + o]) - mean, 2);
+        }
+        sum += tot > 0 ? 1.0 - res / tot : 0.0;
+    }
+    return sum / n_out;
+}
+
+}  // namespace
+
+double spearman(const std::vector<float> & a, const std::vector<float> & b) {
+    if (a.size() != b.size() || a.size() < 2) return 0.0;
+    const std::vector<double> ra = ranks(a), rb = ranks(b);
+    const double n = double(a.size()), mean = (n - 1) / 2;
+    double sab = 0.0, saa = 0.0, sbb = 0.0;
+    for (size_t i = 0; i < ra.size(); ++i) {
+        sab += (ra[i] - mean) * (rb[i] - mean);
+        saa += (ra[i] - mean) * (ra[i] - mean);
+        sbb += (rb[i] - mean) * (rb[i] - mean);
+    }
+    return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0.0;
+}
+
+Surrogate train_scorer(Engine & engine, const Tokenizer & tok, const std::vector<CorpusText> & corpus,
+                       const ScorerTrainingOptions & o) {
+    const Model & model = engine.model();
+    const HParams & hp = model.hparams();
+    if (o.kind != Surrogate::Kind::linear)
+        throw Error("train-scorer", "only the linear (ridge) surrogate is trained so far; --kind mlp is not available");
+    if (o.doc_tokens < 64 || o.samples_per_doc < 1 || o.tokens < o.doc_tokens || !(o.holdout > 0 && o.holdout < 1))
+        throw Error("train-scorer", "doc_tokens >= 64, samples >= 1, tokens >= doc_tokens and 0 < holdout < 1");
+    // texts of doc_tokens tokens cut from every corpus file, shuffled, then taken up to `tokens`
+    struct Doc {
+        std::string text;
+        size_t src;
+        int64_t tokens;
+    };
+    std::vector<Doc> all;
+    for (size_t i = 0; i < corpus.size(); ++i) {
+        const std::vector<int32_t> ids = tok.encode(corpus[i].text, false, false);
+        for (size_t off = 0; off + size_t(o.doc_tokens / 2) <= ids.size(); off += size_t(o.doc_tokens)) {
+            const size_t end = std::min(ids.size(), off + size_t(o.doc_tokens));
+            all.push_back({tok.decode(std::vector<int32_t>(ids.begin() + long(off), ids.begin() + long(end))), i,
+                           int64_t(end - off)});
+        }
+    }
+    std::mt19937_64 rng(o.seed);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<Doc> docs;
+    int64_t used = 0;
+    for (Doc & d : all) {
+        if (used >= o.tokens) break;
+        used += d.tokens;
+        docs.push_back(std::move(d));
+    }
+    const int64_t n_hold = std::max<int64_t>(1, std::llround(o.holdout * double(docs.size())));
+    if (int64_t(docs.size()) - n_hold < 2)
+        throw Error("train-scorer", "the corpus gives " + std::to_string(docs.size()) + " texts of " +
+                                        std::to_string(o.doc_tokens) +
+                                        " tokens: too few to train on and hold some out (give more text or --tokens)");
+    const int64_t n_train = int64_t(docs.size()) - n_hold;
+
+    std::vector<RidgeFit> fits(size_t(hp.n_layer), RidgeFit(hp.n_embd, hp.n_head_kv));
+    int64_t n_samples = 0;
+    const double t0 = now_seconds();
+    for (int64_t i = 0; i < n_train; ++i) {
+        const DocSamples d = collect(engine, tok, docs[size_t(i)].text, o.samples_per_doc, rng);
+        for (int il = 0; il < hp.n_layer; ++il)
+            fits[size_t(il)].add(d.x[size_t(il)].data(), d.y[size_t(il)].data(), d.m);
+        n_samples += d.m;
+        if (o.progress) o.progress(i + 1, int64_t(docs.size()), "training");
+    }
+    std::vector<Surrogate::Layer> layers(size_t(hp.n_layer));
+    for (int il = 0; il < hp.n_layer; ++il)
+        fits[size_t(il)].solve(o.alpha, layers[size_t(il)].w1, layers[size_t(il)].b1);
+    Surrogate s(o.kind, hp.n_embd, hp.n_head_kv, 0, std::move(layers));
+
+    // the fit on the held-out texts
+    std::vector<std::vector<float>> truth(size_t(hp.n_layer)), pred(size_t(hp.n_layer));
+    int64_t n_test = 0;
+    for (int64_t i = n_train; i < int64_t(docs.size()); ++i) {
+        const DocSamples d = collect(engine, tok, docs[size_t(i)].text, o.samples_per_doc, rng);
+        for (int il = 0; il < hp.n_layer; ++il) {
+            std::vector<float> y(size_t(d.m * hp.n_head_kv));
+            s.predict(il, d.x[size_t(il)].data(), d.m, y.data());
+            pred[size_t(il)].insert(pred[size_t(il)].end(), y.begin(), y.end());
+            truth[size_t(il)].insert(truth[size_t(il)].end(), d.y[size_t(il)].begin(), d.y[size_t(il)].end());
+        }
+        n_test += d.m;
+        if (o.progress) o.progress(i + 1, int64_t(docs.size()), "held-out");
+    }
+    nlohmann::json per_layer = nlohmann::json::array();
+    double r2_sum = 0.0, rho_sum = 0.0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const double r = r2(truth[size_t(il)], pred[size_t(il)], hp.n_head_kv);
+        const double rho = spearman(truth[size_t(il)], pred[size_t(il)]);
+        per_layer.push_back({{"layer", il}, {"r2", r}, {"spearman", rho}});
+        r2_sum += r;
+        rho_sum += rho;
+    }
+    s.fit = {{"held_out_texts", n_hold},
+             {"held_out_samples", n_test},
+             {"mean_r2", r2_sum / hp.n_layer},
+             {"mean_spearman", rho_sum / hp.n_layer},
+             {"layers", per_layer}};
+    nlohmann::json sources = nlohmann::json::array();
+    for (const CorpusText & c : corpus)
+        sources.push_back(
+            {{"name", c.name}, {"bytes", c.text.size()}, {"sha256", sha256_hex(c.text.data(), c.text.size())}});
+    s.training = {
+        {"target", "log KVzip+ score (kvzip plus=true: repeat passes, max over repeat queries and the GQA group)"},
+        {"corpus", sources},
+        {"tokens", used},
+        {"texts", docs.size()},
+        {"training_texts", n_train},
+        {"training_samples", n_samples},
+        {"doc_tokens", o.doc_tokens},
+        {"samples_per_doc", o.samples_per_doc},
+        {"holdout", o.holdout},
+        {"alpha", o.alpha},
+        {"seed", o.seed},
+        {"seconds", now_seconds() - t0}};
+    s.model = {{"name", std::filesystem::path(model.path()).filename().string()},
+               {"sha256", model.file_sha256()},
+               {"arch", hp.arch}};
+    return s;
+}
+
+}  // namespace kvlab
