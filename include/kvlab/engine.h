@@ -55,12 +55,24 @@ float log_sum_exp(const std::vector<float> & logits);
 // log-softmax of the logits, in place.
 void log_softmax(std::vector<float> & logits);
 
+// Compression while decoding (docs/methods.md "Compression during decoding"): generate() hands
+// each decoded token's evaluation to `observer` and calls after_token(cache) once the token's
+// rows are in the cache; after_token may compact the cache (KvStore::compact: positions stay
+// original). `growth` >= 0: the most rows a segment gains between two compactions, reserved
+// instead of max_tokens (the cache's memory stays bounded).
+struct DecodeHook {
+    const QueryObserver * observer = nullptr;
+    std::function<void(KvStore &)> after_token;
+    int64_t growth = -1;
+};
+
 struct GenerateOptions {
     int32_t max_tokens = 128;
     bool stop_on_eog = true;
     std::vector<int32_t> eog_ids;  // end-of-generation tokens (EOS, EOT, ...)
     SamplingParams sampling;
-    int32_t n_logprobs = 0;  // top-K log-probabilities recorded at each generated position
+    int32_t n_logprobs = 0;               // top-K log-probabilities recorded at each generated position
+    const DecodeHook * decode = nullptr;  // compression while decoding (not owned)
 };
 
 struct TokenLogprob {

@@ -500,7 +500,9 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
     if (max_tokens < 1)
         throw Error("engine", "no room left in the model's context (" + std::to_string(model_.hparams().n_ctx_train) +
                                   " tokens) for an answer");
-    cache.reserve(int64_t(query.size()) + max_tokens, opts_.chunk_size);
+    const DecodeHook * hook = opts.decode;
+    const int64_t growth = hook && hook->growth >= 0 ? std::min<int64_t>(hook->growth, max_tokens) : max_tokens;
+    cache.reserve(int64_t(query.size()) + growth, opts_.chunk_size);
 
     const double t0 = now_seconds();
     std::vector<float> logits = prefill(cache, query);  // F32 [n_vocab], overwritten by each step
@@ -526,8 +528,9 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
             break;
         }
         if (i + 1 == max_tokens) break;
-        eval(cache, &tok, 1, 1, logits.data());
+        eval(cache, &tok, 1, 1, logits.data(), hook ? hook->observer : nullptr);
         ++r.n_decoded;
+        if (hook && hook->after_token) hook->after_token(cache);
     }
     r.decode_s = now_seconds() - t_first;
     return r;
