@@ -488,7 +488,9 @@ class HostileClients(unittest.TestCase):
                         pass
                     except ConnectionError:
                         closed += 1
-            self.assertEqual(closed, 25 - 8)
+            # at least those past the per-client limit (under load, --read-timeout may close a
+            # half-sent one as well before the last poll)
+            self.assertGreaterEqual(closed, 25 - 8)
             _, text, _ = s.get("/metrics")
             self.assertRegex(text, r"kvlab_connections_cut_total (1[7-9]|[2-9]\d)")
             st, r, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
