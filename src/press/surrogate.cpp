@@ -187,10 +187,11 @@ Surrogate Surrogate::load(const std::string & path, const std::string & model_sh
         if (!model_sha256.empty() && sha != model_sha256)
             throw scorer_error(path, "trained for the model '" + meta.at("model").value("name", "?") + "' (sha256 " +
                                          sha + "), not for this model file (sha256 " + model_sha256 + ")");
-        const float * p = reinterpret_cast<const float *>(bytes.data() + k_head + meta_bytes);
+        const uint8_t * p = bytes.data() + k_head + meta_bytes;  // not float-aligned after the metadata
         const auto take = [&p](size_t n) {
-            std::vector<float> v(p, p + n);
-            p += n;
+            std::vector<float> v(n);
+            std::memcpy(v.data(), p, n * sizeof(float));
+            p += n * sizeof(float);
             return v;
         };
         const size_t rows = kind == Kind::linear ? size_t(n_out) : size_t(n_hidden);
