@@ -229,6 +229,7 @@ TEST_F(TinyGemma3, EveryMethodCompressesTheGlobalLayersAndAnswersTheSameInAnyBat
             EXPECT_TRUE(batch == one_by_one) << "sliding=" << sliding;
         }
     }
+    std::filesystem::remove_all(dir);
 }
 
 // A failed prefill rolled back past rows that slide() freed: the cache refuses to go on

@@ -386,6 +386,7 @@ TEST_F(PressModel, RatioZeroAndLargeBudgetsKeepTheFullCacheLogits) {
             EXPECT_EQ(c.total_rows(), full.total_rows()) << m.name << " " << b.describe();
             EXPECT_EQ(e.prefill(c, query()), want) << m.name << " " << b.describe();  // bit-identical
         }
+    std::filesystem::remove_all(dir);
 }
 
 TEST_F(PressModel, StreamingLlmKeepsSinksAndTheMostRecent) {

@@ -10,6 +10,7 @@
 #include "kvlab/error.h"
 #include "kvlab/surrogate.h"
 #include "kvlab/sys.h"
+#include "press/method.h"
 
 namespace kvlab {
 
@@ -126,25 +127,17 @@ DecodePolicy::DecodePolicy(const DecodePolicyOptions & o, const Model & model) :
                                          "' (none, knorm, keydiff, streaming_llm, kvzap with a threshold)");
     if (o.interval < 1) throw Error("decode-policy", "the interval must be at least 1 token");
     if (o.method == "kvzap") {
-        for (const auto & [k, v] : o.params)
-            if (k != "scorer" && k != "kind" && k != "threshold" && k != "window")
-                throw Error("decode-policy", "kvzap while decoding takes scorer, kind, threshold and window, not " + k);
-        const auto param = [&o](const char * k, const char * def) {
-            const auto it = o.params.find(k);
-            return it == o.params.end() ? std::string(def) : it->second;
-        };
-        const std::string t = param("threshold", "");
-        try {
-            size_t used = 0;
-            m.threshold = std::stof(t, &used);
-            if (used != t.size()) throw std::invalid_argument(t);
-            m.o.window = std::stoll(param("window", "128"));
-        } catch (const std::exception &) {
-            throw Error("decode-policy",
-                        "kvzap while decoding needs a numeric threshold (--param threshold=T) and window");
-        }
+        // the method's own parameters, checked as `--param` is; n_sink does not apply (the
+        // context's rows stay)
+        if (o.params.count("n_sink"))
+            throw Error("decode-policy", "kvzap while decoding keeps every context row: no n_sink");
+        const press::Params p("kvzap", press::find_method("kvzap")->info.params, o.params);
+        if (p.get_string("threshold").empty())
+            throw Error("decode-policy", "kvzap while decoding needs a threshold (--decode-param threshold=T)");
+        m.threshold = float(p.get_float("threshold"));
+        m.o.window = p.get_int("window");
         if (m.o.window < 0) throw Error("decode-policy", "the window cannot be negative");
-        m.zap = scorer_for(model, param("scorer", ""), Surrogate::kind_of(param("kind", "linear")));
+        m.zap = scorer_for(model, p.get_string("scorer"), Surrogate::kind_of(p.get_string("kind")));
         m.pending.assign(size_t(m.hp.n_layer), std::vector<float>(size_t(m.hp.n_head_kv)));
         m.obs.on_hidden = [&m](int il, int64_t, int64_t n, const float * x) {
             m.zap->predict(il, x + (n - 1) * m.hp.n_embd, 1, m.pending[size_t(il)].data());

@@ -25,7 +25,8 @@ struct DocSamples {
     std::vector<std::vector<float>> x, y;
 };
 
-DocSamples collect(Engine & engine, const Tokenizer & tok, const std::string & text, int64_t samples,
+// kvzip: the KVzip+ press, one for the whole run (its W_o Gram matrices are made once).
+DocSamples collect(Engine & engine, const Tokenizer & tok, Press & kvzip, const std::string & text, int64_t samples,
                    std::mt19937_64 & rng) {
     const Model & model = engine.model();
     const HParams & hp = model.hparams();
@@ -53,12 +54,11 @@ DocSamples collect(Engine & engine, const Tokenizer & tok, const std::string & t
     KvStore cache = engine.new_cache(L);
     cache.hold_all_rows(true);  // kvzip scores every layer's rows (sliding-window ones too)
     engine.prefill(cache, ctx, nullptr, nullptr, &hidden);
-    std::unique_ptr<Press> press = make_press("kvzip", {{"plus", "true"}}, model);
-    for (const ScoringPass & pass : press->scoring_passes(cache, ctx, tok)) {
+    for (const ScoringPass & pass : kvzip.scoring_passes(cache, ctx, tok)) {
         engine.prefill(cache, pass.tokens, nullptr, nullptr, pass.observer);
         cache.rollback(int64_t(pass.tokens.size()));
     }
-    const Press::RowScores s = press->last_scores();
+    const Press::RowScores s = kvzip.last_scores();
     for (int il = 0; il < hp.n_layer; ++il)
         for (int64_t i = 0; i < d.m; ++i)
             for (int h = 0; h < hp.n_head_kv; ++h)  // log(0) where every probability underflowed: the floor
@@ -153,11 +153,12 @@ Surrogate train_scorer(Engine & engine, const Tokenizer & tok, const std::vector
                                         " tokens: too few to train on and hold some out (give more text or --tokens)");
     const int64_t n_train = int64_t(docs.size()) - n_hold;
 
+    const std::unique_ptr<Press> kvzip = make_press("kvzip", {{"plus", "true"}}, model);
     std::vector<RidgeFit> fits(size_t(hp.n_layer), RidgeFit(hp.n_embd, hp.n_head_kv));
     int64_t n_samples = 0;
     const double t0 = now_seconds();
     for (int64_t i = 0; i < n_train; ++i) {
-        const DocSamples d = collect(engine, tok, docs[size_t(i)].text, o.samples_per_doc, rng);
+        const DocSamples d = collect(engine, tok, *kvzip, docs[size_t(i)].text, o.samples_per_doc, rng);
         for (int il = 0; il < hp.n_layer; ++il)
             fits[size_t(il)].add(d.x[size_t(il)].data(), d.y[size_t(il)].data(), d.m);
         n_samples += d.m;
@@ -172,7 +173,7 @@ Surrogate train_scorer(Engine & engine, const Tokenizer & tok, const std::vector
     std::vector<std::vector<float>> truth(size_t(hp.n_layer)), pred(size_t(hp.n_layer));
     int64_t n_test = 0;
     for (int64_t i = n_train; i < int64_t(docs.size()); ++i) {
-        const DocSamples d = collect(engine, tok, docs[size_t(i)].text, o.samples_per_doc, rng);
+        const DocSamples d = collect(engine, tok, *kvzip, docs[size_t(i)].text, o.samples_per_doc, rng);
         for (int il = 0; il < hp.n_layer; ++il) {
             std::vector<float> y(size_t(d.m * hp.n_head_kv));
             s.predict(il, d.x[size_t(il)].data(), d.m, y.data());

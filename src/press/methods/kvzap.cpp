@@ -86,19 +86,9 @@ const MethodRegistrar reg([] {
         "repeat passes (kvpress's: full attention over one repeat turn, Nemotron texts)",
         "n_sink 4: KVzip's sinks, never scored in training, are kept (kvpress's DMSPress keeps none)"};
     r.make = [](const Params & p, const Model & m) -> std::unique_ptr<Press> {
-        const std::string t = p.get_string("threshold");
-        float threshold = 0.0f;
-        if (!t.empty()) {
-            try {
-                size_t used = 0;
-                threshold = std::stof(t, &used);
-                if (used != t.size()) throw std::invalid_argument(t);
-            } catch (const std::exception &) {
-                throw Error("press", "kvzap: threshold must be a number, got '" + t + "'");
-            }
-        }
-        Policy policy = [by_threshold = !t.empty(), threshold](const Scores & s, const Budget & b,
-                                                               const KvStore & cache) {
+        const bool by_threshold = !p.get_string("threshold").empty();
+        const float threshold = by_threshold ? float(p.get_float("threshold")) : 0.0f;
+        Policy policy = [by_threshold, threshold](const Scores & s, const Budget & b, const KvStore & cache) {
             const std::vector<int> layers = compressed_layers(cache, b);
             return by_threshold ? select_threshold(s, threshold, layers) : select_global(s, b.per_layer(s.L), layers);
         };
