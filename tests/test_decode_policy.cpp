@@ -2,7 +2,9 @@
 // rows per segment at any step, positions stay original, and each compaction keeps what a plain
 // reference recomputes from the rows before it (knorm: the key norms in double; streaming_llm:
 // the sinks and the most recent rows; kvzap: the generated rows whose recomputed prediction is
-// at or above the threshold, the window and the context).
+// at or above the threshold, the window and the context; tova: the attention of the queries
+// decoded since the last compression, recomputed in double). Teacher forcing through the
+// same policy reproduces a generation's own logits exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,10 +57,15 @@ protected:
         policy.start(cache);
         const DecodeHook & inner = policy.hook();
         QueryObserver both;
-        if (inner.observer)
+        if (inner.observer && inner.observer->on_hidden)
             both.on_hidden = [&](int il, int64_t tok0, int64_t n, const float * x) {
                 inner.observer->on_hidden(il, tok0, n, x);
-                if (extra) extra->on_hidden(il, tok0, n, x);
+                if (extra && extra->on_hidden) extra->on_hidden(il, tok0, n, x);
+            };
+        if (inner.observer && inner.observer->on_queries)
+            both.on_queries = [&](int il, int64_t tok0, int64_t n, const float * q) {
+                inner.observer->on_queries(il, tok0, n, q);
+                if (extra && extra->on_queries) extra->on_queries(il, tok0, n, q);
             };
         DecodeHook hook;
         hook.observer = inner.observer ? &both : nullptr;
@@ -195,8 +202,124 @@ TEST_F(DecodePolicyTest, KvzapDropsTheGeneratedRowsBelowItsThreshold) {
         }
     EXPECT_GT(dropped, 0);
     EXPECT_THROW(DecodePolicy({.method = "kvzap", .params = {{"scorer", path}}}, model()), Error);
-    EXPECT_THROW(DecodePolicy({.method = "tova"}, model()), Error);
+    EXPECT_THROW(DecodePolicy({.method = "h2o"}, model()), Error);
     std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+TEST_F(DecodePolicyTest, TovaKeepsTheRowsTheIntervalsQueriesAttendedMost) {
+    Engine engine(model());
+    const HParams & hp = model().hparams();
+    KvStore cache = context_cache(engine);
+    DecodePolicyOptions o;
+    o.method = "tova";
+    o.interval = 8;
+    o.target = 40;
+    o.n_sink = 2;
+    o.window = 4;
+    DecodePolicy policy(o, model());
+    // the queries decoded since the last compression: [step][layer][n_head * head_dim]
+    std::vector<std::vector<std::vector<float>>> since;
+    std::vector<std::vector<float>> current(size_t(hp.n_layer));
+    QueryObserver capture;
+    capture.on_queries = [&](int il, int64_t, int64_t n, const float * q) {
+        const size_t per = size_t(hp.n_head) * hp.head_dim;
+        current[size_t(il)].assign(q + (n - 1) * int64_t(per), q + n * int64_t(per));
+    };
+    int64_t step = 0, checked = 0;
+    generate(
+        policy, engine, cache,
+        [&](const auto & before, const KvStore & c) {
+            ++step;
+            since.push_back(current);
+            const bool compressing = step == 1 || (step - 1) % o.interval == 0;
+            if (!compressing) return;
+            const int32_t last_pos = c.next_pos() - 1;
+            for (int il = 0; il < c.n_layer(); ++il)
+                for (int h = 0; h < c.n_head_kv(); ++h) {
+                    const Snapshot & b = before[size_t(il)][size_t(h)];
+                    const int64_t n = int64_t(b.pos.size()), d = hp.head_dim;
+                    ASSERT_LT(int64_t(c.positions(il, h).size()), o.target + o.interval);
+                    if (n <= o.target) continue;
+                    // the reference: softmax of each query over the rows it saw, mean over the
+                    // queries that saw a row and the group's heads (double)
+                    std::vector<double> sum(size_t(n), 0.0), cnt(size_t(n), 0.0);
+                    for (size_t t = 0; t < since.size(); ++t) {
+                        const int32_t p = last_pos - int32_t(since.size() - 1 - t);
+                        int64_t seen = 0;
+                        while (seen < n && b.pos[size_t(seen)] <= p) ++seen;
+                        for (int g = 0; g < hp.n_gqa(); ++g) {
+                            const float * q = since[t][size_t(il)].data() + size_t(h * hp.n_gqa() + g) * d;
+                            std::vector<double> lg(static_cast<size_t>(seen));
+                            double mx = -1e300, z = 0.0;
+                            for (int64_t r = 0; r < seen; ++r) {
+                                double dot = 0.0;
+                                for (int64_t e = 0; e < d; ++e) dot += double(q[e]) * b.k[size_t(r * d + e)];
+                                lg[size_t(r)] = dot / std::sqrt(double(d));
+                                mx = std::max(mx, lg[size_t(r)]);
+                            }
+                            for (double & v : lg) z += (v = std::exp(v - mx));
+                            for (int64_t r = 0; r < seen; ++r) sum[size_t(r)] += lg[size_t(r)] / z, cnt[size_t(r)] += 1;
+                        }
+                    }
+                    std::vector<std::pair<double, int64_t>> cand;
+                    for (int64_t r = o.n_sink; r < n - o.window; ++r)
+                        cand.emplace_back(cnt[size_t(r)] > 0 ? sum[size_t(r)] / cnt[size_t(r)] : 0.0, r);
+                    std::sort(cand.begin(), cand.end(), [](auto x, auto y) { return x.first > y.first; });
+                    const int64_t keep = o.target - o.n_sink - o.window;
+                    // a near-tie at the cut may fall either way in float
+                    if (keep < int64_t(cand.size()) &&
+                        cand[size_t(keep - 1)].first - cand[size_t(keep)].first < 1e-6 * cand[0].first)
+                        continue;
+                    std::vector<int32_t> want;
+                    for (int64_t r = 0; r < o.n_sink; ++r) want.push_back(b.pos[size_t(r)]);
+                    for (int64_t i = 0; i < keep; ++i) want.push_back(b.pos[size_t(cand[size_t(i)].second)]);
+                    for (int64_t r = n - o.window; r < n; ++r) want.push_back(b.pos[size_t(r)]);
+                    std::sort(want.begin(), want.end());
+                    ASSERT_EQ(c.positions(il, h), want) << "layer " << il << " head " << h << " step " << step;
+                    ++checked;
+                }
+            since.clear();
+        },
+        &capture);
+    EXPECT_GT(checked, 4);
+    EXPECT_GT(policy.stats().rows_dropped, 0);
+}
+
+TEST_F(DecodePolicyTest, TeacherForcingThroughThePolicyReproducesTheGenerationsLogits) {
+    Engine engine(model());
+    DecodePolicyOptions o;
+    o.method = "knorm";
+    o.interval = 8;
+    o.target = 40;
+    DecodePolicy policy(o, model());
+    KvStore a = context_cache(engine), b = context_cache(engine);
+    GenerateOptions go;
+    go.max_tokens = 60;
+    go.stop_on_eog = false;
+    go.decode = &policy.hook();
+    std::vector<float> generated, forced;
+    go.step_logits = &generated;
+    policy.start(a);
+    const GenerateResult r = engine.generate(a, {tiny_->tokens.back()}, go);
+    ASSERT_EQ(r.tokens.size(), 60u);
+    const int64_t compactions = policy.stats().compactions;
+    EXPECT_GT(compactions, 0);
+    EXPECT_GE(r.kv_peak_bytes, a.bytes()) << "the peak is at least what the cache holds at the end";
+    go.forced = &r.tokens;
+    go.step_logits = &forced;
+    policy.start(b);
+    const GenerateResult f = engine.generate(b, {tiny_->tokens.back()}, go);
+    EXPECT_EQ(f.tokens, r.tokens);
+    EXPECT_EQ(policy.stats().compactions, compactions);
+    ASSERT_EQ(forced.size(), generated.size());
+    EXPECT_EQ(forced, generated) << "the same steps, compactions and arithmetic";
+    EXPECT_EQ(a.positions(1, 1), b.positions(1, 1));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "environment.h"
 #include "eval/report.h"
 #include "eval/runner.h"
+#include "kvlab/error.h"
 #include "support/fixtures.h"
 #include "support/tiny_gguf.h"
 
@@ -300,6 +301,58 @@ TEST_F(EvalRunner, ByteBudgetsAndCacheTypesAreAxes) {
     const std::string best = eval::best_per_bytes(rows);
     EXPECT_NE(best.find("best within 25.0% of the F16 full cache's bytes: "), std::string::npos) << best;
     EXPECT_NE(eval::svg_score_vs_bytes(rows).find("snapkv \u00b7 f16 demote q4_0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// Long generation under a decoding policy: every answer takes its full length, the methods'
+// caches stay within the policy's bound all along (their peak far below the full cache's),
+// and fidelity is measured along the full cache's whole continuation.
+TEST_F(EvalRunner, LongGenerationUnderADecodingPolicy) {
+    eval::RunConfig c = config(*dir_ + "/long");
+    c.tasks = {"long_continuation"};
+    c.task.n_samples = 1;
+    c.task.long_tokens = 200;
+    c.methods = {{"streaming_llm", {}}};
+    c.budgets = {eval::BudgetConfig::ratio(0.0), eval::BudgetConfig::ratio(0.5)};
+    c.decode.method = "knorm";
+    c.decode.interval = 16;
+    c.decode.target = 48;
+    const eval::RunConfig back = eval::RunConfig::from_json(c.to_json());
+    EXPECT_EQ(back.decode.to_json(), c.decode.to_json());
+    EXPECT_EQ(back.decode.target, 48);
+    EXPECT_EQ(back.task.long_tokens, 200);
+    const auto rec = answers({eval::run(c, env(), nullptr)});
+    ASSERT_EQ(rec.size(), 3u);
+    uint64_t full_peak = 0, row_bytes = 0;
+    for (const auto & [k, r] : rec) {
+        SCOPED_TRACE(k);
+        EXPECT_EQ(r["answer_tokens"].get<int64_t>(), 200);
+        EXPECT_EQ(r["fidelity"]["n_positions"].get<int64_t>(), 200);
+        EXPECT_EQ(r["score"].get<double>(), r["fidelity"]["top1_agreement"].get<double>());
+        if (r["method"] == "none") {
+            EXPECT_TRUE(r["decode_policy"].is_null());
+            EXPECT_EQ(r["score"].get<double>(), 1.0);
+            full_peak = r["kv_peak_bytes"].get<uint64_t>();
+            continue;
+        }
+        const nlohmann::json & d = r["decode_policy"];
+        ASSERT_TRUE(d.is_object());
+        EXPECT_GE(d["compactions"].get<int64_t>(), 200 / 16);
+        EXPECT_LT(d["max_segment_rows"].get<int64_t>(), 48 + 16);
+        EXPECT_GT(d["rows_dropped"].get<int64_t>(), 0);
+        EXPECT_LT(r["kv_peak_bytes"].get<uint64_t>(), full_peak) << "bounded while the full cache grows";
+        row_bytes = r["kv_peak_bytes"].get<uint64_t>();
+    }
+    EXPECT_GT(full_peak, 0u);
+    EXPECT_GT(row_bytes, 0u);
+
+    c.methods.clear();  // a policy needs a method's cache to act on
+    EXPECT_THROW(eval::run(c, env(), nullptr), Error);
 }
 
 }  // namespace

@@ -136,7 +136,8 @@ TEST_F(EvalTasks, NamesAndDescriptions) {
                                             "ruler_niah_multiquery",
                                             "ruler_vt",
                                             "ruler_cwe",
-                                            "ruler_fwe"};
+                                            "ruler_fwe",
+                                            "long_continuation"};
     std::set<std::string> got;
     for (const auto & [name, desc] : names) {
         got.insert(name);
@@ -180,6 +181,7 @@ uint64_t fnv1a(uint64_t h, const std::string & s) {
 
 TEST_F(EvalTasks, SamplesAreFrozen) {
     const std::map<std::string, uint64_t> want = {
+        {"long_continuation", 0xe6e3a3228bb8951bull},
         {"many_facts", 0xa9adfb6b315ba916ull},
         {"niah", 0xd0e444e15e826ba8ull},
         {"passkey", 0x18db3b031391e4f5ull},
@@ -217,35 +219,61 @@ TEST_F(EvalTasks, SamplesAreFrozen) {
 
 TEST_F(EvalTasks, AnswersInContextAndLengthFits) {
     for (const auto & t : all_tasks())
-        for (const auto & s : make(t, {256, 1024}, {0.0, 0.5, 1.0})) {
-            SCOPED_TRACE(s.id);
-            EXPECT_EQ(s.task, t);
-            EXPECT_EQ(s.metric, "string_match_all");
-            const int64_t target = s.meta["target_tokens"].get<int64_t>();
-            const int64_t n = count_words(s.context);
-            EXPECT_EQ(s.meta["context_tokens"].get<int64_t>(), n);
-            EXPECT_LE(n, target);
-            EXPECT_GE(double(n), 0.8 * double(target));
-            ASSERT_EQ(s.questions.size(), t == "many_facts" ? 6u : 1u);
-            const std::string ctx = lower(s.context);
-            for (const auto & q : s.questions) {
-                EXPECT_FALSE(q.question.empty());
-                ASSERT_FALSE(q.answers.empty());
-                for (const auto & a : q.answers) {
-                    EXPECT_FALSE(a.empty());
-                    EXPECT_NE(ctx.find(lower(a)), std::string::npos) << a;
+        if (t != "long_continuation")  // no answer to find: LongContinuation below
+            for (const auto & s : make(t, {256, 1024}, {0.0, 0.5, 1.0})) {
+                SCOPED_TRACE(s.id);
+                EXPECT_EQ(s.task, t);
+                EXPECT_EQ(s.metric, "string_match_all");
+                const int64_t target = s.meta["target_tokens"].get<int64_t>();
+                const int64_t n = count_words(s.context);
+                EXPECT_EQ(s.meta["context_tokens"].get<int64_t>(), n);
+                EXPECT_LE(n, target);
+                EXPECT_GE(double(n), 0.8 * double(target));
+                ASSERT_EQ(s.questions.size(), t == "many_facts" ? 6u : 1u);
+                const std::string ctx = lower(s.context);
+                for (const auto & q : s.questions) {
+                    EXPECT_FALSE(q.question.empty());
+                    ASSERT_FALSE(q.answers.empty());
+                    for (const auto & a : q.answers) {
+                        EXPECT_FALSE(a.empty());
+                        EXPECT_NE(ctx.find(lower(a)), std::string::npos) << a;
+                    }
+                }
+                const int64_t off = s.meta["needle_offset"].get<int64_t>();
+                if (t == "ruler_cwe" || t == "ruler_fwe") {
+                    EXPECT_EQ(off, -1);
+                    EXPECT_EQ(s.meta["depth"].get<double>(), -1.0);
+                } else {
+                    ASSERT_GE(off, 0);
+                    ASSERT_LT(size_t(off), s.context.size());
+                    EXPECT_DOUBLE_EQ(s.meta["needle_depth"].get<double>(), double(off) / double(s.context.size()));
                 }
             }
-            const int64_t off = s.meta["needle_offset"].get<int64_t>();
-            if (t == "ruler_cwe" || t == "ruler_fwe") {
-                EXPECT_EQ(off, -1);
-                EXPECT_EQ(s.meta["depth"].get<double>(), -1.0);
-            } else {
-                ASSERT_GE(off, 0);
-                ASSERT_LT(size_t(off), s.context.size());
-                EXPECT_DOUBLE_EQ(s.meta["needle_depth"].get<double>(), double(off) / double(s.context.size()));
-            }
-        }
+}
+
+// The long-generation task: an essay excerpt that fits its length, one request to continue it,
+// every answer exactly long_tokens tokens, scored by its fidelity to the full cache.
+TEST_F(EvalTasks, LongContinuation) {
+    TaskOptions o;
+    o.lengths = {300, 1000};
+    o.n_samples = 2;
+    o.long_tokens = 1500;
+    const auto samples = eval::make_task("long_continuation", o, haystack(), count_words);
+    ASSERT_EQ(samples.size(), 4u);
+    for (const auto & s : samples) {
+        SCOPED_TRACE(s.id);
+        EXPECT_EQ(s.metric, "fidelity");
+        EXPECT_EQ(s.answer_tokens, 1500);
+        EXPECT_EQ(s.meta["answer_tokens"].get<int64_t>(), 1500);
+        const int64_t n = count_words(s.context), target = s.meta["target_tokens"].get<int64_t>();
+        EXPECT_LE(n, target);
+        EXPECT_GE(double(n), 0.9 * double(target));
+        ASSERT_EQ(s.questions.size(), 1u);
+        EXPECT_TRUE(s.questions[0].answers.empty());
+    }
+    EXPECT_NE(samples[0].context, samples[1].context);
+    o.long_tokens = 0;
+    EXPECT_THROW(eval::make_task("long_continuation", o, haystack(), count_words), Error);
 }
 
 TEST_F(EvalTasks, IdsUniqueAndStable) {

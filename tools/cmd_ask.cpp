@@ -25,6 +25,7 @@ struct AskArgs {
     int max_tokens = 64, threads = 0;
     KernelArgs kernels;
     EngineArgs engine;
+    DecodeArgs decode;
 };
 
 // "N rows in every (layer, head)", or per layer, or per layer and head where heads differ.
@@ -74,10 +75,7 @@ public:
         for (const std::string & q : a_.questions)
             queries_.push_back(
                 split_query(l_.tok->context_chat(before(a_.system), context, {{"user", q}}), a_.query_aware));
-        engine_ = std::make_unique<Engine>(*l_.model, a_.engine.options());
-        go_.max_tokens = a_.max_tokens;
-        go_.stop_on_eog = !a_.no_stop;
-        go_.eog_ids = l_.tok->eog_ids();
+        start_answering();
 
         reset_peak_rss();
         if (!a_.query_aware) {
@@ -102,10 +100,7 @@ private:
                         "--cache answers from the file as it was made: --context-file, --system, --method, "
                         "--ratio, --budget, --param, --preset and --query-aware do not apply");
         l_ = load(a_.model, a_.kernels.options(a_.threads));
-        engine_ = std::make_unique<Engine>(*l_.model, a_.engine.options());
-        go_.max_tokens = a_.max_tokens;
-        go_.stop_on_eog = !a_.no_stop;
-        go_.eog_ids = l_.tok->eog_ids();
+        start_answering();
         // The query tokens first, from the file's text and the messages before it (META, TEXT
         // and TOKN only): the store is then read with the reserve they need.
         CacheFileContent content;
@@ -122,7 +117,7 @@ private:
             max_query = std::max<int64_t>(max_query, int64_t(sp.query.size()));
         }
         reset_peak_rss();
-        const LoadedCacheFile f = load_cache_file(a_.cache, *l_.model, max_query + a_.max_tokens);
+        const LoadedCacheFile f = load_cache_file(a_.cache, *l_.model, max_query + growth());
         if (f.content.tokens != content.tokens) throw Error("ask", a_.cache + " changed while it was read");
         const nlohmann::json & ctx = f.content.context;
         method_params_ = ctx.value("params", nlohmann::json::object());
@@ -138,11 +133,25 @@ private:
                                   {"load", {{"read_s", f.read_s}, {"verify_s", f.verify_s}, {"build_s", f.build_s}}},
                                   {"kv_bytes", f.cache.used_bytes()},
                                   {"made", ctx}});
-        ContextSession s(*engine_, {}, SessionOptions{max_query, a_.max_tokens});
+        ContextSession s(*engine_, {}, SessionOptions{max_query, growth()});
         for (size_t qi = 0; qi < queries_.size(); ++qi) answer(qi, s, f.cache);
         print_summary();
         return 0;
     }
+
+    // The engine, the generation options and the decoding policy every answer uses.
+    void start_answering() {
+        engine_ = std::make_unique<Engine>(*l_.model, a_.engine.options());
+        go_.max_tokens = a_.max_tokens;
+        go_.stop_on_eog = !a_.no_stop;
+        go_.eog_ids = l_.tok->eog_ids();
+        decode_ = a_.decode.options();
+        policy_ = std::make_unique<DecodePolicy>(decode_, *l_.model);
+        go_.decode = &policy_->hook();
+    }
+
+    // Rows an answer adds to its copy of the cache (its reserve beyond the query).
+    int64_t growth() const { return decode_growth(decode_, a_.max_tokens); }
 
     template <typename... Args>
     void log(const char * fmt, Args... args) const {
@@ -154,7 +163,7 @@ private:
         int64_t max_query = 0;
         for (size_t qi = q0; qi < q1; ++qi)
             max_query = std::max<int64_t>(max_query, int64_t(queries_[qi].query.size()));
-        ContextSession s(*engine_, methods_, SessionOptions{max_query, a_.max_tokens, l_.tok.get()});
+        ContextSession s(*engine_, methods_, SessionOptions{max_query, growth(), l_.tok.get()});
         if (!methods_.empty()) method_params_ = s.press(0).params();
         log("[prefill]  %zu context tokens ...\n", context.size());
         s.prefill(context);
@@ -212,12 +221,18 @@ private:
 
     void answer(size_t qi, const ContextSession & s, const KvStore & cache) {
         const std::vector<int32_t> & query = queries_[qi].query;
+        policy_->start(cache);
         const GenerateResult r = s.answer(cache, query, go_);
         const std::string text = l_.tok->decode(r.tokens);
         log("\nQ%zu: %s\nA%zu: %s\n", qi + 1, a_.questions[qi].c_str(), qi + 1, text.c_str());
         log("    TTFT %.3f s (%zu query tokens) | decode %lld tok in %.3f s (%.1f tok/s) | stop: %s\n", r.ttft_s,
             query.size(), static_cast<long long>(r.n_decoded), r.decode_s, r.decode_tokens_per_second(),
             r.stop_reason.c_str());
+        const DecodePolicy::Stats & ds = policy_->stats();
+        if (decode_.method != "none")
+            log("    decoding: %s, %lld compactions, %lld rows dropped; KV at most %s allocated\n",
+                decode_.method.c_str(), static_cast<long long>(ds.compactions), static_cast<long long>(ds.rows_dropped),
+                human_bytes(r.kv_peak_bytes).c_str());
         answers_json_.push_back({{"question", a_.questions[qi]},
                                  {"answer", text},
                                  {"tokens", r.tokens},
@@ -226,7 +241,9 @@ private:
                                  {"ttft_s", r.ttft_s},
                                  {"decode_s", r.decode_s},
                                  {"decode_tokens", r.n_decoded},
-                                 {"decode_tokens_per_s", r.decode_tokens_per_second()}});
+                                 {"decode_tokens_per_s", r.decode_tokens_per_second()},
+                                 {"kv_peak_bytes", r.kv_peak_bytes},
+                                 {"decode_policy", ds.to_json()}});
     }
 
     void print_summary() const {
@@ -246,6 +263,7 @@ private:
         j["method_params"] = method_params_;
         j["query_aware"] = a_.query_aware;
         j["preset"] = a_.preset;
+        j["decode_policy"] = decode_.to_json();
         j["prepared"] = prepared_json_;
         j["answers"] = answers_json_;
         j["memory"] = memory_json(*l_.model, nullptr, engine_.get());
@@ -263,6 +281,8 @@ private:
     std::vector<ContextQuery> queries_;
     std::unique_ptr<Engine> engine_;
     GenerateOptions go_;
+    DecodePolicyOptions decode_;
+    std::unique_ptr<DecodePolicy> policy_;
     nlohmann::json answers_json_ = nlohmann::json::array(), prepared_json_ = nlohmann::json::array();
     nlohmann::json method_params_ = nlohmann::json::object();  // resolved (defaults filled in)
 };
@@ -290,6 +310,7 @@ const CommandRegistrar reg("ask", [](CLI::App & app, int & rc) {
     add_kernel_options(cmd, a->kernels);
     add_engine_options(cmd, a->engine);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");
+    add_decode_policy_options(cmd, a->decode);
     add_json_flag(cmd, a->json, "the answers, timings, bytes, kept rows and provenance");
     cmd->callback([&rc, a] { rc = Ask(*a).run(); });
 });

@@ -19,8 +19,7 @@ struct GenerateArgs {
     float temp = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
     bool json = false, no_stop = false;
-    DecodePolicyOptions decode;
-    std::vector<std::string> decode_params;
+    DecodeArgs decode;
 };
 
 int run_generate(const GenerateArgs & a) {
@@ -38,9 +37,10 @@ int run_generate(const GenerateArgs & a) {
                                     " tokens, more than the model's context of " + std::to_string(n_ctx) + " allows");
 
     Engine engine(*l.model, a.engine.options());
+    const DecodePolicyOptions dopts = a.decode.options();
+    DecodePolicy policy(dopts, *l.model);
     // with a decoding policy the cache grows by at most its interval between compactions
-    const int64_t growth =
-        a.decode.method != "none" ? std::min<int64_t>(a.decode.interval, a.max_tokens) : a.max_tokens;
+    const int64_t growth = decode_growth(dopts, a.max_tokens);
     KvStore cache = engine.new_cache(std::min<int64_t>(n_ctx, int64_t(prompt.size()) + growth));
     GenerateOptions go;
     go.max_tokens = a.max_tokens;
@@ -48,9 +48,6 @@ int run_generate(const GenerateArgs & a) {
     go.eog_ids = l.tok->eog_ids();
     go.sampling = {a.temp, a.top_k, a.top_p, a.seed};
     go.n_logprobs = a.logprobs;
-    DecodePolicyOptions dopts = a.decode;
-    dopts.params = parse_params(a.decode_params);
-    DecodePolicy policy(dopts, *l.model);
     policy.start(cache);
     go.decode = &policy.hook();
     if (!a.json)
@@ -88,13 +85,9 @@ int run_generate(const GenerateArgs & a) {
                         {"decode_tokens", r.n_decoded},
                         {"decode_tokens_per_s", r.decode_tokens_per_second()}};
         j["memory"] = memory_json(*l.model, &cache, &engine);
-        const DecodePolicy::Stats & ds = policy.stats();
         j["decode_policy"] = dopts.to_json();
-        j["decode_policy"].update({{"compactions", ds.compactions},
-                                   {"rows_dropped", ds.rows_dropped},
-                                   {"max_segment_rows", ds.max_segment_rows},
-                                   {"max_kv_bytes", ds.max_bytes},
-                                   {"seconds", ds.seconds}});
+        j["decode_policy"].update(policy.stats().to_json());
+        j["memory"]["kv_peak_bytes"] = r.kv_peak_bytes;
         j["params"] = a.engine.to_json();
         j["params"].update({{"max_tokens", a.max_tokens},
                             {"temp", a.temp},
@@ -149,18 +142,7 @@ const CommandRegistrar reg("generate", [](CLI::App & app, int & rc) {
     cmd->add_option("--logprobs", a->logprobs, "with --json: top-K log-probabilities at each generated position")
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");
-    cmd->add_option("--decode-policy", a->decode.method,
-                    "compression while decoding: none, knorm, keydiff, streaming_llm (every --decode-interval tokens, "
-                    "each segment down to --decode-target rows), kvzap (generated rows below --decode-param "
-                    "threshold=T dropped); docs/methods.md")
-        ->capture_default_str()
-        ->check(CLI::IsMember(decode_policy_methods()));
-    cmd->add_option("--decode-interval", a->decode.interval, "generated tokens between compressions")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--decode-target", a->decode.target, "rows per (layer, KV head) after each compression")
-        ->capture_default_str();
-    cmd->add_option("--decode-param", a->decode_params, "kvzap's KEY=VALUE while decoding (threshold, window, scorer)");
+    add_decode_policy_options(cmd, a->decode);
     add_json_flag(cmd, a->json, "the text, token ids, timings, memory and provenance");
     cmd->callback([&rc, a] { rc = run_generate(*a); });
 });

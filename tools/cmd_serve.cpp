@@ -24,6 +24,7 @@ struct ServeArgs {
     int threads = 0;
     KernelArgs kernels;
     EngineArgs engine;
+    DecodeArgs decode;
 };
 
 // "1073741824", "512MiB", "2GiB", "300MB": bytes.
@@ -66,6 +67,7 @@ int run_serve(ServeArgs & a) {
     Loaded l = load(a.model, a.kernels.options(a.threads));
     a.o.threads = l.model->n_threads();
     a.o.engine = a.engine.options();
+    a.o.decode = a.decode.options();
     a.o.model_id = std::filesystem::path(l.path).stem().string();
     if (a.o.store_dir.empty()) a.o.store_dir = environment().cache_dir + "/contexts";
     server::Server srv(*l.model, *l.tok, a.o);
@@ -135,6 +137,7 @@ const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
     add_engine_options(cmd, a->engine);
+    add_decode_policy_options(cmd, a->decode);
     cmd->callback([&rc, a] { rc = run_serve(*a); });
 });
 

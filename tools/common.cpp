@@ -125,6 +125,28 @@ void add_engine_options(CLI::App * cmd, EngineArgs & e) {
                   "(as its LLAMA_ATTN_ROT_DISABLE=1)");
 }
 
+DecodePolicyOptions DecodeArgs::options() const {
+    DecodePolicyOptions r = o;
+    r.params = parse_params(params);
+    return r;
+}
+
+void add_decode_policy_options(CLI::App * cmd, DecodeArgs & d) {
+    cmd->add_option("--decode-policy", d.o.method,
+                    "compression while decoding: none, or knorm, keydiff, streaming_llm, tova (every --decode-interval "
+                    "generated tokens, each (layer, KV head) down to --decode-target rows), or kvzap (generated rows "
+                    "whose predicted score is below --decode-param threshold=T dropped); docs/methods.md")
+        ->capture_default_str()
+        ->check(CLI::IsMember(decode_policy_methods()));
+    cmd->add_option("--decode-interval", d.o.interval, "generated tokens between compressions while decoding")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--decode-target", d.o.target, "rows per (layer, KV head) after each compression while decoding")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--decode-param", d.params, "kvzap's KEY=VALUE while decoding (threshold, window, scorer, kind)");
+}
+
 CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & what) {
     return cmd->add_flag("--json", json, "print " + what + " as one JSON object on stdout");
 }

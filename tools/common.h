@@ -12,6 +12,7 @@
 
 #include "command.h"
 #include "kvlab/cache.h"
+#include "kvlab/decode_policy.h"
 #include "kvlab/engine.h"
 #include "kvlab/model.h"
 #include "kvlab/press.h"
@@ -57,6 +58,15 @@ struct EngineArgs {
     nlohmann::json to_json() const;  // {chunk_size, attention, cache_type_k, cache_type_v, kv_rotation}
 };
 void add_engine_options(CLI::App * cmd, EngineArgs & e);
+// Compression while decoding: --decode-policy, --decode-interval, --decode-target,
+// --decode-param KEY=VALUE (kvzap's threshold, window, scorer, kind); docs/methods.md.
+struct DecodeArgs {
+    DecodePolicyOptions o;
+    std::vector<std::string> params;
+    DecodePolicyOptions options() const;  // the parameters parsed
+};
+void add_decode_policy_options(CLI::App * cmd, DecodeArgs & d);
+
 CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & what);
 // A comma-separated list (`--x a,b,c`; repeating the flag appends).
 template <typename T>

@@ -145,6 +145,18 @@ void add_eval_options(CLI::App * cmd, EvalArgs * a) {
          [](eval::RunConfig & c) { c.multi_turn = true; });
     over(cmd->add_option("-n,--max-tokens", f.max_tokens, "most tokens per answer")->check(CLI::PositiveNumber),
          [a](eval::RunConfig & c) { c.max_tokens = a->flags.max_tokens; });
+    over(cmd->add_option("--long-tokens", f.task.long_tokens,
+                         "answer length of the long-generation tasks (long_continuation)")
+             ->check(CLI::PositiveNumber)
+             ->capture_default_str(),
+         [a](eval::RunConfig & c) { c.task.long_tokens = a->flags.task.long_tokens; });
+    add_decode_policy_options(cmd, a->decode);
+    over(cmd->get_option("--decode-policy"), [a](eval::RunConfig & c) { c.decode.method = a->decode.o.method; });
+    over(cmd->get_option("--decode-interval"), [a](eval::RunConfig & c) { c.decode.interval = a->decode.o.interval; });
+    over(cmd->get_option("--decode-target"), [a](eval::RunConfig & c) { c.decode.target = a->decode.o.target; });
+    over(cmd->get_option("--decode-param"), [a](eval::RunConfig & c) {
+        for (const auto & [k, v] : parse_params(a->decode.params)) c.decode.params[k] = v;
+    });
     over(add_threads_option(cmd, f.threads), [a](eval::RunConfig & c) { c.threads = a->flags.threads; });
     add_kernel_options(cmd, a->kernels);
     over(cmd->get_option("--products"), [a](eval::RunConfig & c) { c.products = a->kernels.products; });

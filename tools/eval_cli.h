@@ -23,6 +23,7 @@ struct EvalArgs {
     std::string shard;
     KernelArgs kernels;  // --products, --no-repack
     EngineArgs engine;   // --chunk, --attention, -ctk, -ctv
+    DecodeArgs decode;   // --decode-policy, --decode-interval, --decode-target, --decode-param
     bool query_aware = false, multi_turn = false, no_report = false;
     // the options given on the command line, each with how it overrides a configuration
     std::vector<std::pair<CLI::Option *, std::function<void(eval::RunConfig &)>>> overrides;

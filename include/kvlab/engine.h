@@ -73,6 +73,11 @@ struct GenerateOptions {
     SamplingParams sampling;
     int32_t n_logprobs = 0;               // top-K log-probabilities recorded at each generated position
     const DecodeHook * decode = nullptr;  // compression while decoding (not owned)
+    // Teacher forcing: these tokens are emitted in turn instead of sampled (EOG does not stop,
+    // at most their number), through the same steps and hook as a generation; the logits that
+    // predict each (row t predicts forced[t], [n][n_vocab]) are appended to step_logits when set.
+    const std::vector<int32_t> * forced = nullptr;
+    std::vector<float> * step_logits = nullptr;
 };
 
 struct TokenLogprob {
@@ -97,6 +102,7 @@ struct GenerateResult {
     double ttft_s = 0.0;           // query submission -> first sampled token (query prefill included)
     double decode_s = 0.0;         // the remaining tokens
     int64_t n_decoded = 0;         // single-token evaluations in decode_s (one per token after the first)
+    uint64_t kv_peak_bytes = 0;    // the most bytes the cache held allocated, from the query on
     double decode_tokens_per_second() const { return decode_s > 0 ? double(n_decoded) / decode_s : 0.0; }
 };
 

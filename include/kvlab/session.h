@@ -87,9 +87,11 @@ public:
     // Answers from an independent copy of `cache` (which stays unchanged).
     GenerateResult answer(const KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & go) const;
     // The next-token logits [max(1, |answer|)][n_vocab] along `answer` teacher-forced after
-    // `query`, from an independent copy of `cache`: row t predicts answer[t].
+    // `query`, from an independent copy of `cache`: row t predicts answer[t]. With a decoding
+    // hook (compression while decoding), the answer is fed token by token through the same
+    // steps and compactions as a generation; without, in one prefill.
     std::vector<float> teacher_forced(const KvStore & cache, const std::vector<int32_t> & query,
-                                      const std::vector<int32_t> & answer) const;
+                                      const std::vector<int32_t> & answer, const DecodeHook * hook = nullptr) const;
 
 private:
     Engine & engine_;

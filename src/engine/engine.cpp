@@ -496,7 +496,11 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
     r.n_query = int64_t(query.size());
     std::mt19937_64 rng(opts.sampling.seed);
     const int64_t room = model_.hparams().n_ctx_train - cache.next_pos() - int64_t(query.size());
-    const int32_t max_tokens = int32_t(std::min<int64_t>(opts.max_tokens, room));
+    int32_t max_tokens = int32_t(std::min<int64_t>(opts.max_tokens, room));
+    if (opts.forced) {
+        if (opts.forced->empty()) throw Error("engine", "teacher forcing needs at least one token");
+        max_tokens = int32_t(std::min<int64_t>(max_tokens, int64_t(opts.forced->size())));
+    }
     if (max_tokens < 1)
         throw Error("engine", "no room left in the model's context (" + std::to_string(model_.hparams().n_ctx_train) +
                                   " tokens) for an answer");
@@ -507,17 +511,19 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
     const double t0 = now_seconds();
     std::vector<float> logits = prefill(cache, query);  // F32 [n_vocab], overwritten by each step
     r.query_prefill_s = now_seconds() - t0;
+    r.kv_peak_bytes = cache.bytes();
     r.stop_reason = "max_tokens";
     double t_first = 0.0;
     std::vector<int32_t> ids;  // scratch of token_logprobs
     for (int32_t i = 0; i < max_tokens; ++i) {
-        const int32_t tok = sample_token(logits, opts.sampling, rng);
+        if (opts.step_logits) opts.step_logits->insert(opts.step_logits->end(), logits.begin(), logits.end());
+        const int32_t tok = opts.forced ? (*opts.forced)[size_t(i)] : sample_token(logits, opts.sampling, rng);
         if (i == 0) {
             t_first = now_seconds();
             r.ttft_s = t_first - t0;
         }
         const bool eog = std::find(opts.eog_ids.begin(), opts.eog_ids.end(), tok) != opts.eog_ids.end();
-        if (eog && opts.stop_on_eog) {
+        if (eog && opts.stop_on_eog && !opts.forced) {
             r.stop_reason = "eog";
             break;
         }
@@ -531,6 +537,7 @@ GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & qu
         eval(cache, &tok, 1, 1, logits.data(), hook ? hook->observer : nullptr);
         ++r.n_decoded;
         if (hook && hook->after_token) hook->after_token(cache);
+        r.kv_peak_bytes = std::max(r.kv_peak_bytes, cache.bytes());
     }
     r.decode_s = now_seconds() - t_first;
     return r;

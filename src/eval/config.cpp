@@ -60,6 +60,14 @@ nlohmann::json RunConfig::to_json() const {
             {"query_aware", query_aware},
             {"multi_turn", multi_turn},
             {"max_tokens", max_tokens},
+            {"long_tokens", task.long_tokens},
+            {"decode_policy",
+             {{"method", decode.method},
+              {"interval", decode.interval},
+              {"target", decode.target},
+              {"n_sink", decode.n_sink},
+              {"window", decode.window},
+              {"params", decode.params}}},
             {"threads", threads},
             {"products", products},
             {"repack", repack},
@@ -105,10 +113,10 @@ std::vector<T> wholes(const nlohmann::json & v, const std::string & key) {
 RunConfig RunConfig::from_json(const nlohmann::json & j) {
     if (!j.is_object()) throw Error("eval", "an experiment is a JSON object");
     static const std::set<std::string> known = {
-        "model",        "preset",       "tasks",       "lengths",     "depths",     "samples",    "seed",
-        "haystack",     "methods",      "budgets",     "query_aware", "multi_turn", "max_tokens", "threads",
-        "products",     "repack",       "chunk",       "attention",   "out_dir",    "shard",      "n_shards",
-        "cache_type_k", "cache_type_v", "kv_rotation", "cache_types"};
+        "model",        "preset",       "tasks",       "lengths",     "depths",      "samples",      "seed",
+        "haystack",     "methods",      "budgets",     "query_aware", "multi_turn",  "max_tokens",   "threads",
+        "products",     "repack",       "chunk",       "attention",   "out_dir",     "shard",        "n_shards",
+        "cache_type_k", "cache_type_v", "kv_rotation", "cache_types", "long_tokens", "decode_policy"};
     for (const auto & [k, v] : j.items())
         if (!known.count(k)) throw Error("eval", "unknown experiment key '" + k + "'");
     RunConfig c;
@@ -143,6 +151,28 @@ RunConfig RunConfig::from_json(const nlohmann::json & j) {
         if (j.contains("multi_turn")) c.multi_turn = j["multi_turn"].get<bool>();
         if (j.contains("preset")) c.preset = j["preset"].get<std::string>();
         if (j.contains("max_tokens")) c.max_tokens = whole<int>(j["max_tokens"], "max_tokens");
+        if (j.contains("long_tokens")) c.task.long_tokens = whole<int64_t>(j["long_tokens"], "long_tokens");
+        if (j.contains("decode_policy")) {
+            const nlohmann::json & d = j["decode_policy"];
+            if (!d.is_object()) throw Error("eval", "experiment key 'decode_policy' must be an object");
+            for (const auto & [k, v] : d.items()) {
+                if (k == "method")
+                    c.decode.method = v.get<std::string>();
+                else if (k == "interval")
+                    c.decode.interval = whole<int64_t>(v, "decode_policy.interval");
+                else if (k == "target")
+                    c.decode.target = whole<int64_t>(v, "decode_policy.target");
+                else if (k == "n_sink")
+                    c.decode.n_sink = whole<int64_t>(v, "decode_policy.n_sink");
+                else if (k == "window")
+                    c.decode.window = whole<int64_t>(v, "decode_policy.window");
+                else if (k == "params")
+                    for (const auto & [pk, pv] : v.items())
+                        c.decode.params[pk] = pv.is_string() ? pv.get<std::string>() : pv.dump();
+                else
+                    throw Error("eval", "unknown key 'decode_policy." + k + "'");
+            }
+        }
         if (j.contains("threads")) c.threads = whole<int>(j["threads"], "threads");
         if (j.contains("products")) c.products = j["products"].get<std::string>();
         if (j.contains("repack")) c.repack = j["repack"].get<bool>();

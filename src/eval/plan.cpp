@@ -8,6 +8,7 @@
 
 #include "eval/report.h"
 #include "kvlab/cache.h"
+#include "kvlab/decode_policy.h"
 #include "kvlab/error.h"
 #include "kvlab/press.h"
 
@@ -56,6 +57,13 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
     if (!cfg.methods.empty() && cfg.budgets.empty()) throw Error("eval", "methods need at least one budget");
     for (const auto & m : cfg.methods)  // validate before any work
         make_press(m.name, apply_preset(cfg.preset, m.name, m.params), model);
+    if (cfg.decode.method != "none") {
+        if (cfg.methods.empty())
+            throw Error("eval",
+                        "a decoding policy applies to the methods' caches: give at least one method (a "
+                        "ratio of 0 keeps every context row)");
+        DecodePolicy check(cfg.decode, model);  // its options and kvzap's scorer, before any work
+    }
     RunPlan plan;
     const std::vector<std::string> axis = cfg.cache_type_axis();
     for (size_t i = 0; i < axis.size(); ++i)

@@ -39,7 +39,8 @@ nlohmann::json answer_record(const AnswerFacts & f) {
             {"query_aware", f.query_aware},
             {"multi_turn", f.multi_turn},
             {"metric", s.metric},
-            {"score", score(s.metric, f.text, q.answers)},
+            // a long generation has no reference text: its score is its agreement with the full cache
+            {"score", s.metric == "fidelity" ? f.fidelity.top1_agreement : score(s.metric, f.text, q.answers)},
             {"answer", f.text},
             {"answer_tokens", r.tokens.size()},
             {"references", q.answers},
@@ -62,6 +63,8 @@ nlohmann::json answer_record(const AnswerFacts & f) {
             {"budget_bytes_ratio", budget_bytes_ratio},
             {"kv_allocated_bytes", cache.bytes()},
             {"kv_used_bytes", cache.used_bytes()},
+            {"kv_peak_bytes", r.kv_peak_bytes},
+            {"decode_policy", f.decode_policy},
             {"kept_rows", cache.total_rows()},
             {"context_tokens", f.context_tokens},
             {"prefill_s", f.prefill_s},

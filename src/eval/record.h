@@ -22,7 +22,8 @@ struct AnswerFacts {
     const GenerateResult * result = nullptr;
     std::string text;
     Fidelity fidelity;
-    bool identical = false;  // the same tokens as the full cache's answer
+    bool identical = false;        // the same tokens as the full cache's answer
+    nlohmann::json decode_policy;  // the decoding policy's figures of the answer (null: none ran)
 };
 
 nlohmann::json answer_record(const AnswerFacts & f);

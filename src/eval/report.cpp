@@ -93,6 +93,8 @@ const std::vector<Column> & columns() {
         {"identical", true, [](const SummaryRow & r) { return fmt("%.3f", r.identical); }},
         {"KV allocated", true, [](const SummaryRow & r) { return fmt_bytes(r.kv_bytes); }},
         {"KV / F16 full", true, [](const SummaryRow & r) { return fmt("%.1f%%", 100.0 * r.bytes_ratio); }},
+        {"KV peak", true,
+         [](const SummaryRow & r) { return std::isfinite(r.kv_peak) ? fmt_bytes(r.kv_peak) : std::string("–"); }},
         {"TTFT (s)", true, [](const SummaryRow & r) { return fmt("%.3f", r.ttft_s); }},
         {"decode tok/s", true, [](const SummaryRow & r) { return fmt("%.1f", r.decode_tps); }},
         {"compress (s)", true, [](const SummaryRow & r) { return fmt("%.3f", r.compress_s); }},
@@ -368,7 +370,7 @@ std::string line_plot(const std::vector<SummaryRow> & rows, const std::string & 
 std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
     struct Group {
         SummaryRow row;
-        Mean ratio, score, kl, top1, identical, kv, ttft, tps, compress, first, later, bytes, budget_bytes;
+        Mean ratio, score, kl, top1, identical, kv, ttft, tps, compress, first, later, bytes, budget_bytes, peak;
     };
     std::map<std::pair<std::string, std::string>, Group> groups;
     for (const json & rec : answer_records) {
@@ -402,6 +404,7 @@ std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
         g.top1.add(number(f, "top1_agreement"));
         g.identical.add(number(f, "identical"));
         g.kv.add(number(rec, "kv_allocated_bytes"));
+        g.peak.add(number(rec, "kv_peak_bytes"));
         g.ttft.add(number(rec, "ttft_s"));
         g.tps.add(number(rec, "decode_tokens_per_s"));
         g.compress.add(number(rec, "compress_s"));
@@ -415,6 +418,7 @@ std::vector<SummaryRow> summarize(const std::vector<json> & answer_records) {
         r.top1 = g.top1.get();
         r.identical = g.identical.get();
         r.kv_bytes = g.kv.get();
+        r.kv_peak = g.peak.n > 0 ? g.peak.get() : NAN;
         r.ttft_s = g.ttft.get();
         r.decode_tps = g.tps.get();
         r.compress_s = g.compress.get();

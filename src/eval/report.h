@@ -18,6 +18,7 @@ struct SummaryRow {
     int64_t n = 0;
     double score = 0.0, kl = 0.0, top1 = 0.0, identical = 0.0;
     double kv_bytes = 0.0, ttft_s = 0.0, decode_tps = 0.0, compress_s = 0.0;
+    double kv_peak = NAN;  // mean bytes of the answers' caches at their largest (NaN: older records)
     // the score of each sample's first question, and of its later ones (NaN when none):
     // several questions answered from one compressed cache
     double score_first = 0.0, score_later = 0.0;

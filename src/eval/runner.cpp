@@ -26,6 +26,7 @@ public:
         for (const auto & m : cfg.methods) methods_.push_back({m.name, apply_preset(cfg.preset, m.name, m.params)});
         go_.max_tokens = cfg.max_tokens;
         go_.eog_ids = tok.eog_ids();
+        if (cfg.decode.method != "none") policy_ = std::make_unique<DecodePolicy>(cfg.decode, engine.model());
         pr_.total = plan.n_answers();
         t_start_ = now_seconds();
     }
@@ -84,6 +85,12 @@ private:
         const std::vector<int32_t> ctx =
             cfg_.multi_turn ? split_query(prompts[questions[0]], true).context : cq[questions[0]].context;
         const int64_t n_vocab = engine_.model().hparams().n_vocab;
+        // a long-generation sample: every answer takes exactly its length
+        GenerateOptions go = go_;
+        if (s.answer_tokens > 0) {
+            go.max_tokens = int32_t(s.answer_tokens);
+            go.stop_on_eog = false;
+        }
         std::vector<std::vector<int32_t>> full_answers(prompts.size());
         std::vector<std::vector<float>> full_logits(prompts.size());
         std::unique_ptr<ContextSession> owned;  // one prefill per entry of the cache-type axis
@@ -96,7 +103,9 @@ private:
             if (qs.empty()) continue;
             if (!owned || c == 0 || plan_.configs[c - 1].types != ec.types) {
                 owned.reset();  // the previous entry's prefill is freed first
-                SessionOptions so{max_query, cfg_.max_tokens, &tok_};
+                // with a decoding policy a compressed cache grows by at most its interval (the full
+                // cache grows as it generates)
+                SessionOptions so{max_query, decode_growth(cfg_.decode, go.max_tokens), &tok_};
                 const auto [k, v] = parse_types(ec.types);
                 so.cache_types = CacheTypes{k, v, cfg_.kv_rotation};
                 owned = std::make_unique<ContextSession>(engine_, methods_, so);
@@ -118,12 +127,24 @@ private:
             };
             PreparedCache p = ec.is_full() ? session.full() : session.compress(size_t(ec.method_index), budget());
             if (cfg_.multi_turn) p.cache.truncate(n_context, session.reserve());
+            const DecodeHook * hook = policy_ && !ec.is_full() ? &policy_->hook() : nullptr;
             for (size_t qi : qs) {
                 const std::vector<int32_t> & query = cq[qi].query;
-                const GenerateResult r = session.answer(p.cache, query, go_);
+                GenerateOptions g = go;
+                g.decode = hook;
+                // with a decoding policy, fidelity is measured along token-by-token steps: the
+                // reference's logits are those of its own generation (the same arithmetic)
+                std::vector<float> steps;
+                if (reference && policy_) g.step_logits = &steps;
+                if (hook) policy_->start(p.cache);
+                const GenerateResult r = session.answer(p.cache, query, g);
+                nlohmann::json decode_stats;
+                if (hook) decode_stats = policy_->stats().to_json();
                 if (reference) {
                     full_answers[qi] = r.tokens;
-                    full_logits[qi] = session.teacher_forced(p.cache, query, r.tokens);
+                    full_logits[qi] = policy_ ? std::move(steps) : session.teacher_forced(p.cache, query, r.tokens);
+                    // a stop at EOG stepped once more: row t predicts answer[t], max(1, |answer|) rows
+                    if (policy_) full_logits[qi].resize(std::max<size_t>(1, r.tokens.size()) * size_t(n_vocab));
                 }
                 if (!wanted[c][qi]) continue;
                 tick(s.id + " q" + std::to_string(qi) + ": " + ec.method + " " + ec.label);
@@ -144,9 +165,11 @@ private:
                     f.fidelity.top1_agreement = 1.0;
                     f.fidelity.n_positions = int64_t(std::max<size_t>(1, r.tokens.size()));
                 } else {
-                    f.fidelity =
-                        fidelity(full_logits[qi], session.teacher_forced(p.cache, query, full_answers[qi]), n_vocab);
+                    if (hook) policy_->start(p.cache);
+                    f.fidelity = fidelity(full_logits[qi],
+                                          session.teacher_forced(p.cache, query, full_answers[qi], hook), n_vocab);
                 }
+                f.decode_policy = decode_stats;
                 f.identical = r.tokens == full_answers[qi];
                 os_ << answer_record(f).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
                     << std::flush;
@@ -163,6 +186,7 @@ private:
     const std::function<void(const Progress &)> & on_progress_;
     std::vector<MethodRequest> methods_;
     GenerateOptions go_;
+    std::unique_ptr<DecodePolicy> policy_;  // compression while decoding (cfg.decode), else null
     Progress pr_;
     double t_start_ = 0.0;
 };

@@ -19,10 +19,13 @@ struct Question {
 struct Sample {
     std::string id;      // stable and unique: task, length, depth, index, seed
     std::string task;    // "niah", "passkey", "ruler_niah_single", ..., or a dataset name
-    std::string metric;  // "string_match_all" | "string_match_part" | "exact_match" | "f1"
+    std::string metric;  // "string_match_all" | "string_match_part" | "exact_match" | "f1" | "fidelity"
     std::string context;
     std::vector<Question> questions;
     nlohmann::json meta;  // task facts: target tokens, depth, needles, ...
+    // Long generation: every answer takes exactly this many tokens (EOG does not stop it), so
+    // that each method is measured along the same length; 0: the run's max_tokens.
+    int64_t answer_tokens = 0;
 };
 
 // Counts the tokens of a text (the model's tokenizer in kvlab; a word counter in tests).
@@ -33,6 +36,7 @@ struct TaskOptions {
     std::vector<double> depths = {0.5};     // needle depth in [0, 1] (fraction of the context before it)
     int n_samples = 1;                      // per (length, depth)
     uint64_t seed = 0;
+    int64_t long_tokens = 1024;  // the answer length of the long-generation tasks (long_continuation)
 };
 
 // The haystack: text to fill contexts with (the essays of ../shared/data or tests/data).
@@ -57,6 +61,8 @@ std::vector<std::pair<std::string, std::string>> task_names();
 //                       variables holding N; string_match_all
 //  ruler_cwe          : common-words extraction: the 10 most common words of a word list
 //  ruler_fwe          : frequent-words extraction: the 3 most frequent coded words
+//  long_continuation  : continue an essay excerpt for long_tokens tokens; metric fidelity (the
+//                       top-1 agreement with the full cache along its own continuation)
 std::vector<Sample> make_task(const std::string & name, const TaskOptions & opts, const Haystack & hay,
                               const TokenCounter & count_tokens);
 

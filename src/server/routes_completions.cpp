@@ -119,6 +119,8 @@ struct Outcome {
     std::string finish;  // "stop" | "length"
     double request_ttft_s = 0.0, context_load_s = 0.0, copy_s = 0.0;
     bool client_gone = false;
+    uint64_t kv_peak_bytes = 0;  // the request's copy of the cache at its largest
+    nlohmann::json decode;       // the decoding policy's figures (null without one)
 };
 
 // Generates on a slot; emit(delta) releases text as it becomes final and returns false when
@@ -126,11 +128,13 @@ struct Outcome {
 Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
                  const std::function<bool(const std::string &)> & emit) {
     Outcome o;
+    // with a decoding policy the copy grows by at most its interval between compactions
+    const int64_t growth = decode_growth(s.opts.decode, p.max_tokens);
     KvStore work = [&] {
-        if (!p.ctx) return engine.new_cache(int64_t(p.query.size()) + p.max_tokens);
+        if (!p.ctx) return engine.new_cache(int64_t(p.query.size()) + growth);
         std::shared_ptr<const KvStore> rows = s.store->rows(p.ctx->id, &o.context_load_s);
         const double t0 = now_seconds();
-        KvStore w = rows->copy(int64_t(p.query.size()) + p.max_tokens);
+        KvStore w = rows->copy(int64_t(p.query.size()) + growth);
         o.copy_s = now_seconds() - t0;
         return w;
     }();
@@ -139,6 +143,9 @@ Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
     go.eog_ids = s.tok.eog_ids();
     go.sampling = p.req.sampling;
     go.n_logprobs = p.req.logprobs ? std::max(1, p.req.top_logprobs) : 0;
+    DecodePolicy policy(s.opts.decode, s.model, s.decode_scorer);
+    policy.start(work);
+    go.decode = &policy.hook();
     TextStream ts(s.tok, p.req.stop);
     bool first = true;
     o.r = engine.generate(work, p.query, go, [&](int32_t tok) {
@@ -154,6 +161,8 @@ Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
     const std::string rest = ts.finish();
     if (!o.client_gone && !rest.empty()) o.client_gone = !emit(rest);
     o.text = ts.text();
+    o.kv_peak_bytes = o.r.kv_peak_bytes;
+    if (s.opts.decode.method != "none") o.decode = policy.stats().to_json();
     o.finish = o.r.stop_reason == "max_tokens" && !ts.stopped() ? "length" : "stop";
     s.metrics.ttft(o.request_ttft_s);
     if (o.r.n_decoded > 0) s.metrics.decode_per_token(o.r.decode_s / double(o.r.n_decoded));
@@ -181,7 +190,9 @@ nlohmann::json timings(const Prepared & p, const Outcome & o) {
             {"engine_ttft_s", o.r.ttft_s},
             {"decode_s", o.r.decode_s},
             {"decode_tokens", o.r.n_decoded},
-            {"decode_tokens_per_s", o.r.decode_tokens_per_second()}};
+            {"decode_tokens_per_s", o.r.decode_tokens_per_second()},
+            {"kv_peak_bytes", o.kv_peak_bytes},
+            {"decode_policy", o.decode}};
 }
 
 void complete(ServerState & s, const httplib::Request & http_req, const nlohmann::json & body, httplib::Response & res,

@@ -108,6 +108,7 @@ Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
     eo.n_threads = std::max(1, o.threads / o.parallel);
     s.slots = std::make_unique<Slots>(model, o.parallel, o.queue, o.queue_timeout_s, eo);
     s.store = std::make_unique<ContextStore>(model, o.store_dir, o.kv_budget);
+    s.decode_scorer = DecodePolicy(o.decode, model).scorer();  // the policy's options checked at start
 
     if (o.max_connections < 1 || o.max_per_client < 1 || o.read_timeout_s < 1)
         throw Error("serve", "--max-connections, --max-connections-per-client and --read-timeout must be at least 1");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvlab/decode_policy.h"
 #include "kvlab/engine.h"
 #include "kvlab/model.h"
 #include "kvlab/text.h"
@@ -32,6 +33,7 @@ struct ServerOptions {
     int max_per_client = 64;          // open connections from one client address
     std::string model_id;             // the id /v1/models lists
     EngineOptions engine;             // chunk size and attention kernel (threads set per slot)
+    DecodePolicyOptions decode;       // compression while decoding, every generation (--decode-policy)
 };
 
 struct ServerState;  // src/server/state.h

@@ -30,6 +30,8 @@ struct ServerState {
     // model's context times the longest token's bytes (no text of more bytes fits in the context).
     size_t max_prompt_bytes = 0;
     int bound_port = -1;
+    // kvzap while decoding: the scorer, loaded once at start for every request's policy
+    std::shared_ptr<const Surrogate> decode_scorer;
 
     ServerState(const Model & m, const Tokenizer & t, ServerOptions o);
 };

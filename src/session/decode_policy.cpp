@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <optional>
 
 #include "kernels/scoring.h"
 #include "kvlab/error.h"
@@ -25,18 +24,34 @@ nlohmann::json DecodePolicyOptions::to_json() const {
 }
 
 std::vector<std::string> decode_policy_methods() {
-    return {"none", "knorm", "keydiff", "streaming_llm", "kvzap"};
+    return {"none", "knorm", "keydiff", "streaming_llm", "tova", "kvzap"};
+}
+
+int64_t decode_growth(const DecodePolicyOptions & o, int64_t max_tokens) {
+    return o.method == "none" ? max_tokens : std::min(o.interval, max_tokens);
+}
+
+nlohmann::json DecodePolicy::Stats::to_json() const {
+    return {{"compactions", compactions},
+            {"rows_dropped", rows_dropped},
+            {"max_segment_rows", max_segment_rows},
+            {"max_kv_bytes", max_bytes},
+            {"seconds", seconds}};
 }
 
 struct DecodePolicy::Impl {
     DecodePolicyOptions o;
     HParams hp;
-    std::optional<Surrogate> zap;
+    std::shared_ptr<const Surrogate> zap;
     float threshold = 0.0f;
     QueryObserver obs;
     DecodeHook hook;
     int64_t since = 0;
     std::vector<std::vector<float>> pending;  // kvzap: [layer][head] the last decoded token's predictions
+    // tova: the last decoded token's queries [layer][n_head * head_dim], and those of the tokens
+    // decoded since the last compression with their positions
+    std::vector<std::vector<float>> pending_q;
+    std::vector<std::pair<int32_t, std::vector<std::vector<float>>>> queries;
     // kvzap: [layer][head] (position, predicted log score) of the generated rows still held
     std::vector<std::vector<std::vector<std::pair<int32_t, float>>>> generated;
     Stats st;
@@ -47,10 +62,12 @@ struct DecodePolicy::Impl {
             for (int il = 0; il < hp.n_layer; ++il)
                 for (int h = 0; h < hp.n_head_kv; ++h) generated[il][h].emplace_back(pos, pending[il][h]);
         }
+        if (o.method == "tova") queries.emplace_back(cache.next_pos() - 1, pending_q);
         if (++since >= o.interval) {
             since = 0;
             const double t0 = now_seconds();
             compress(cache);
+            queries.clear();
             st.seconds += now_seconds() - t0;
         }
         for (int il = 0; il < cache.n_layer(); ++il)
@@ -86,6 +103,8 @@ struct DecodePolicy::Impl {
         std::vector<float> score(static_cast<size_t>(n));
         if (o.method == "streaming_llm") {
             for (int64_t r = 0; r < n; ++r) score[size_t(r)] = float(pos[size_t(r)]);
+        } else if (o.method == "tova") {
+            score = tova_scores(cache, il, h);
         } else {
             const std::vector<float> k = cache.read_k(il, h);
             score = o.method == "knorm" ? kernels::negative_key_norms(k.data(), n, cache.head_dim())
@@ -100,6 +119,28 @@ struct DecodePolicy::Impl {
         for (int32_t r = int32_t(n - win); r < int32_t(n); ++r) out.push_back(r);
         std::sort(out.begin(), out.end());
         return out;
+    }
+
+    // Attention of segment (il, h)'s rows from the queries decoded since the last compression,
+    // averaged over the queries that saw each row and the group's query heads.
+    std::vector<float> tova_scores(const KvStore & cache, int il, int h) const {
+        const std::vector<int32_t> & pos = cache.positions(il, h);
+        const int64_t n = int64_t(pos.size());
+        const int group = hp.n_gqa(), d = hp.head_dim;
+        const std::vector<float> k = cache.read_k(il, h);
+        std::vector<float> sum(size_t(n), 0.0f), count(size_t(n), 0.0f);
+        for (const auto & [p, q] : queries) {
+            const int64_t seen = std::upper_bound(pos.begin(), pos.end(), p) - pos.begin();
+            for (int g = 0; g < group; ++g) {
+                const std::vector<float> a =
+                    kernels::last_query_attention(q[size_t(il)].data() + size_t(h * group + g) * d, k.data(), seen, d);
+                for (int64_t r = 0; r < seen; ++r) sum[size_t(r)] += a[size_t(r)];
+            }
+            for (int64_t r = 0; r < seen; ++r) count[size_t(r)] += float(group);
+        }
+        for (int64_t r = 0; r < n; ++r)
+            sum[size_t(r)] = count[size_t(r)] > 0 ? sum[size_t(r)] / count[size_t(r)] : 0.0f;
+        return sum;
     }
 
     void compress(KvStore & cache) {
@@ -117,14 +158,15 @@ struct DecodePolicy::Impl {
     }
 };
 
-DecodePolicy::DecodePolicy(const DecodePolicyOptions & o, const Model & model) : impl_(std::make_unique<Impl>()) {
+DecodePolicy::DecodePolicy(const DecodePolicyOptions & o, const Model & model, std::shared_ptr<const Surrogate> scorer)
+    : impl_(std::make_unique<Impl>()) {
     Impl & m = *impl_;
     m.o = o;
     m.hp = model.hparams();
     const auto methods = decode_policy_methods();
     if (std::find(methods.begin(), methods.end(), o.method) == methods.end())
         throw Error("decode-policy", "unknown decoding policy '" + o.method +
-                                         "' (none, knorm, keydiff, streaming_llm, kvzap with a threshold)");
+                                         "' (none, knorm, keydiff, streaming_llm, tova, kvzap with a threshold)");
     if (o.interval < 1) throw Error("decode-policy", "the interval must be at least 1 token");
     if (o.method == "kvzap") {
         // the method's own parameters, checked as `--param` is; n_sink does not apply (the
@@ -137,7 +179,9 @@ DecodePolicy::DecodePolicy(const DecodePolicyOptions & o, const Model & model) :
         m.threshold = float(p.get_float("threshold"));
         m.o.window = p.get_int("window");
         if (m.o.window < 0) throw Error("decode-policy", "the window cannot be negative");
-        m.zap = scorer_for(model, p.get_string("scorer"), Surrogate::kind_of(p.get_string("kind")));
+        m.zap = scorer ? std::move(scorer)
+                       : std::make_shared<const Surrogate>(
+                             scorer_for(model, p.get_string("scorer"), Surrogate::kind_of(p.get_string("kind"))));
         m.pending.assign(size_t(m.hp.n_layer), std::vector<float>(size_t(m.hp.n_head_kv)));
         m.obs.on_hidden = [&m](int il, int64_t, int64_t n, const float * x) {
             m.zap->predict(il, x + (n - 1) * m.hp.n_embd, 1, m.pending[size_t(il)].data());
@@ -149,6 +193,14 @@ DecodePolicy::DecodePolicy(const DecodePolicyOptions & o, const Model & model) :
             throw Error("decode-policy", "the target (" + std::to_string(o.target) +
                                              " rows) must exceed the sinks and the window it keeps (" +
                                              std::to_string(o.n_sink + o.window) + ")");
+    }
+    if (o.method == "tova") {
+        m.pending_q.assign(size_t(m.hp.n_layer), std::vector<float>(size_t(m.hp.n_head) * m.hp.head_dim));
+        m.obs.on_queries = [&m](int il, int64_t, int64_t n, const float * q) {
+            const size_t per_row = m.pending_q[size_t(il)].size();
+            std::copy_n(q + (n - 1) * int64_t(per_row), per_row, m.pending_q[size_t(il)].begin());
+        };
+        m.hook.observer = &m.obs;
     }
     if (o.method != "none") {
         m.hook.after_token = [&m](KvStore & cache) { m.after_token(cache); };
@@ -167,7 +219,12 @@ void DecodePolicy::start(const KvStore & cache) {
     m.since = m.o.interval;  // the first decoded token compresses: the bound holds from then on
     m.generated.assign(size_t(cache.n_layer()),
                        std::vector<std::vector<std::pair<int32_t, float>>>(size_t(cache.n_head_kv())));
+    m.queries.clear();
     m.st = Stats{};
+}
+
+std::shared_ptr<const Surrogate> DecodePolicy::scorer() const {
+    return impl_->zap;
 }
 
 const DecodePolicy::Stats & DecodePolicy::stats() const {

@@ -106,9 +106,19 @@ GenerateResult ContextSession::answer(const KvStore & cache, const std::vector<i
 }
 
 std::vector<float> ContextSession::teacher_forced(const KvStore & cache, const std::vector<int32_t> & query,
-                                                  const std::vector<int32_t> & answer) const {
+                                                  const std::vector<int32_t> & answer, const DecodeHook * hook) const {
     if (query.empty()) throw Error("session", "teacher forcing needs a query");
     KvStore work = cache.copy();
+    if (hook && !answer.empty()) {
+        GenerateOptions go;
+        go.max_tokens = int32_t(answer.size());
+        go.forced = &answer;
+        go.decode = hook;
+        std::vector<float> logits;
+        go.step_logits = &logits;
+        engine_.generate(work, query, go);
+        return logits;
+    }
     std::vector<int32_t> seq = query;
     if (!answer.empty()) seq.insert(seq.end(), answer.begin(), answer.end() - 1);
     std::vector<float> all;

@@ -630,5 +630,38 @@ class Parallel(unittest.TestCase):
             self.assertEqual(ok[0], ok[1])  # two engines, one model: the same greedy answer
 
 
+class DecodingPolicy(unittest.TestCase):
+    def test_every_answer_is_compressed_while_decoding_as_kvlab_ask_does(self):
+        policy = ["--decode-policy", "streaming_llm", "--decode-interval", "16", "--decode-target", "64"]
+        question = "Summarize the text above in detail, paragraph by paragraph."
+        with KvlabServer(extra=policy) as s:
+            st, ctx, _ = s.post("/v1/contexts", {"text": haystack(3000), "method": "snapkv", "ratio": 0.5})
+            self.assertEqual(st, 201, ctx)
+            st, r, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": question}],
+                                                       "context": ctx["id"], "temperature": 0, "max_tokens": 120})
+            self.assertEqual(st, 200, r)
+            t = r["timings"]
+            d = t["decode_policy"]
+            n = r["usage"]["completion_tokens"]
+            self.assertGreater(n, 48)  # a long answer: compacted at its first token, then every 16
+            # a step after each token but the last when the length ran out (after each when EOG stopped it)
+            steps = n - 1 if r["choices"][0]["finish_reason"] == "length" else n
+            self.assertEqual(d["compactions"], 1 + (steps - 1) // 16)
+            self.assertGreater(d["rows_dropped"], 0)
+            self.assertLess(d["max_segment_rows"], 64 + 16)
+            self.assertGreater(t["kv_peak_bytes"], 0)
+            path = os.path.join(s.store, ctx["id"] + ".kvc")
+            out = subprocess.run([kvlab_binary(), "ask", model_path(), "--cache", path, "-q", question, "-n", "120",
+                                  "-t", "1", "--json"] + policy, capture_output=True, text=True, check=True)
+            answer = json.loads(out.stdout)["answers"][0]
+            self.assertEqual(answer["answer"], r["choices"][0]["message"]["content"])
+            self.assertEqual(answer["decode_policy"]["rows_dropped"], d["rows_dropped"])
+        # a policy that cannot run stops the server at start, saying why
+        bad = KvlabServer(extra=["--decode-policy", "kvzap"])
+        with self.assertRaises(RuntimeError) as e:
+            bad.start()
+        self.assertIn("threshold", str(e.exception))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

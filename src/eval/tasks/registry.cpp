@@ -84,6 +84,7 @@ std::vector<Sample> make_task(const std::string & name, const TaskOptions & opts
     if (!count_tokens) throw Error("eval", name + ": no token counter");
     if (opts.lengths.empty()) throw Error("eval", name + ": no context lengths");
     if (opts.n_samples < 1) throw Error("eval", name + ": n_samples must be at least 1");
+    if (opts.long_tokens < 1) throw Error("eval", name + ": long_tokens must be at least 1");
     for (int64_t l : opts.lengths)
         if (l < kMinTokens)
             throw Error("eval", name + ": length " + std::to_string(l) + " is too small (at least " +
@@ -110,8 +111,15 @@ std::vector<Sample> make_task(const std::string & name, const TaskOptions & opts
     for (int64_t length : opts.lengths)
         for (double depth : depths)
             for (int i = 0; i < opts.n_samples; ++i) {
-                Job job{name,  length,          depth, count_tokens,
-                        essay, essay_sentences, noise, sample_rng(opts.seed, name, length, depth, i)};
+                Job job{name,
+                        length,
+                        depth,
+                        count_tokens,
+                        essay,
+                        essay_sentences,
+                        noise,
+                        sample_rng(opts.seed, name, length, depth, i),
+                        opts.long_tokens};
                 Sample s = def->gen(job);
                 s.task = name;
                 s.id = name + "/L" + std::to_string(length) + (depth < 0 ? "" : "/d" + depth_label(depth)) + "/s" +

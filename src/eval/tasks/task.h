@@ -92,6 +92,7 @@ struct Job {
     const std::vector<size_t> & essay_sentences;
     const std::vector<std::string> & noise;
     std::mt19937_64 rng;
+    int64_t long_tokens = 0;  // TaskOptions::long_tokens
 };
 
 // The build with the largest n (from min_n) whose context has at most job.length tokens.
@@ -142,7 +143,8 @@ struct TaskDef {
     bool has_depth;    // generated at each of TaskOptions::depths (else once, depth -1)
     bool uses_essays;  // fills with the haystack (else with its own text)
     int list_order;    // position in task_names(): niah 10, passkey 20, ruler_niah_* 30-33, ruler_vt 40,
-                       // ruler_cwe 50, ruler_fwe 60; a new task takes a free number
+                       // ruler_cwe 50, ruler_fwe 60, many_facts 35, long_continuation 80; a new task takes
+                       // a free number
 };
 
 void register_task(const TaskDef & def);
