@@ -327,14 +327,14 @@ TEST_F(EvalRunner, LongGenerationUnderADecodingPolicy) {
     EXPECT_EQ(back.decode.target, 48);
     EXPECT_EQ(back.task.long_tokens, 200);
     const auto rec = answers({eval::run(c, env(), nullptr)});
-    ASSERT_EQ(rec.size(), 3u);
+    ASSERT_EQ(rec.size(), 4u);  // the full cache with and without the policy, the method at 2 ratios
     uint64_t full_peak = 0, row_bytes = 0;
     for (const auto & [k, r] : rec) {
         SCOPED_TRACE(k);
         EXPECT_EQ(r["answer_tokens"].get<int64_t>(), 200);
         EXPECT_EQ(r["fidelity"]["n_positions"].get<int64_t>(), 200);
         EXPECT_EQ(r["score"].get<double>(), r["fidelity"]["top1_agreement"].get<double>());
-        if (r["method"] == "none") {
+        if (r["method"] == "none" && r["budget_label"] == "full") {
             EXPECT_TRUE(r["decode_policy"].is_null());
             EXPECT_EQ(r["score"].get<double>(), 1.0);
             full_peak = r["kv_peak_bytes"].get<uint64_t>();
@@ -342,6 +342,7 @@ TEST_F(EvalRunner, LongGenerationUnderADecodingPolicy) {
         }
         const nlohmann::json & d = r["decode_policy"];
         ASSERT_TRUE(d.is_object());
+        EXPECT_NE(r["budget_label"].get<std::string>().find(" decode knorm target 48 interval 16"), std::string::npos);
         EXPECT_GE(d["compactions"].get<int64_t>(), 200 / 16);
         EXPECT_LT(d["max_segment_rows"].get<int64_t>(), 48 + 16);
         EXPECT_GT(d["rows_dropped"].get<int64_t>(), 0);
@@ -350,8 +351,10 @@ TEST_F(EvalRunner, LongGenerationUnderADecodingPolicy) {
     }
     EXPECT_GT(full_peak, 0u);
     EXPECT_GT(row_bytes, 0u);
+    EXPECT_TRUE(rec.count(rec.begin()->first.substr(0, rec.begin()->first.find('|')) +
+                          "|0|none|full decode knorm target 48 interval 16"));
 
-    c.methods.clear();  // a policy needs a method's cache to act on
+    c.decode.target = 8;  // below the sinks and window it keeps: refused before any work
     EXPECT_THROW(eval::run(c, env(), nullptr), Error);
 }
 

@@ -37,6 +37,9 @@ struct DecodePolicyOptions {
     int64_t n_sink = 4;           // first rows every segment keeps (not kvzap)
     int64_t window = 16;          // last rows every segment keeps (kvzap: its `window` parameter)
     nlohmann::json to_json() const;
+    // "" for none; "knorm target 512 interval 64", "kvzap threshold -6 interval 64": what a
+    // report's row names
+    std::string label() const;
 };
 
 // The methods a decoding policy takes.

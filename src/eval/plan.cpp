@@ -57,13 +57,11 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
     if (!cfg.methods.empty() && cfg.budgets.empty()) throw Error("eval", "methods need at least one budget");
     for (const auto & m : cfg.methods)  // validate before any work
         make_press(m.name, apply_preset(cfg.preset, m.name, m.params), model);
-    if (cfg.decode.method != "none") {
-        if (cfg.methods.empty())
-            throw Error("eval",
-                        "a decoding policy applies to the methods' caches: give at least one method (a "
-                        "ratio of 0 keeps every context row)");
-        DecodePolicy check(cfg.decode, model);  // its options and kvzap's scorer, before any work
-    }
+    const bool decoding = cfg.decode.method != "none";
+    if (decoding) DecodePolicy check(cfg.decode, model);  // its options and kvzap's scorer, before any work
+    // compression while decoding names itself in the rows: runs with different policies merge
+    // into one report
+    const std::string decode = decoding ? " decode " + cfg.decode.label() : "";
     RunPlan plan;
     const std::vector<std::string> axis = cfg.cache_type_axis();
     for (size_t i = 0; i < axis.size(); ++i)
@@ -73,6 +71,8 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
         parse_types(t);
         const std::string suffix = t == "f16" ? "" : " kv " + t;
         plan.configs.push_back({"none", "full" + suffix, -1, {}, t, t + " full"});
+        // the policy alone: the full cache, compressed while it answers
+        if (decoding) plan.configs.push_back({"none", "full" + suffix + decode, -1, {}, t, t + " full", true});
         const auto [k, v] = parse_types(t);
         for (size_t m = 0; m < cfg.methods.size(); ++m)
             for (const auto & b : cfg.budgets) {
@@ -82,8 +82,8 @@ RunPlan plan_run(const RunConfig & cfg, const Model & model, const Tokenizer & t
                                      b.label().c_str(), t.c_str());
                     continue;
                 }
-                plan.configs.push_back(
-                    {cfg.methods[m].name, b.label() + suffix, int(m), b, t, precision_policy(t, b.b)});
+                plan.configs.push_back({cfg.methods[m].name, b.label() + suffix + decode, int(m), b, t,
+                                        precision_policy(t, b.b), decoding});
             }
     }
 

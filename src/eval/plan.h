@@ -22,8 +22,9 @@ struct EvalConfig {
     std::string method, label;  // "none", "full" for the full cache (a label names the cache types when not f16)
     int method_index = -1;      // into RunConfig::methods; -1 for the full cache
     BudgetConfig budget;
-    std::string types;   // the cache-type axis entry ("f16", "q8_0", "q8_0/q4_0")
-    std::string policy;  // the precision policy, a curve of the report: "f16 evict", "f16 demote q4_0", "q8_0 full"
+    std::string types;      // the cache-type axis entry ("f16", "q8_0", "q8_0/q4_0")
+    std::string policy;     // the precision policy, a curve of the report: "f16 evict", "f16 demote q4_0", "q8_0 full"
+    bool decoding = false;  // compressed while decoding (RunConfig::decode)
     bool is_full() const { return method_index < 0; }
 };
 

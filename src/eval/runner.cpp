@@ -127,7 +127,7 @@ private:
             };
             PreparedCache p = ec.is_full() ? session.full() : session.compress(size_t(ec.method_index), budget());
             if (cfg_.multi_turn) p.cache.truncate(n_context, session.reserve());
-            const DecodeHook * hook = policy_ && !ec.is_full() ? &policy_->hook() : nullptr;
+            const DecodeHook * hook = ec.decoding ? &policy_->hook() : nullptr;
             for (size_t qi : qs) {
                 const std::vector<int32_t> & query = cq[qi].query;
                 GenerateOptions g = go;

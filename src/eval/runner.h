@@ -54,8 +54,9 @@ struct RunConfig {
     // (query-aware), forget that question's rows, answer every question from the one cache
     bool multi_turn = false;
     int max_tokens = 32;
-    // Compression while decoding, applied to every method x budget (not to the full cache): the
-    // answers and their teacher-forced fidelity go through the same steps and compactions.
+    // Compression while decoding, applied to every method x budget and, as a row of its own, to
+    // the full cache (which stays the reference without it): the answers and their teacher-forced
+    // fidelity go through the same steps and compactions.
     DecodePolicyOptions decode;
     int threads = 0;                // 0: every CPU that other work leaves idle
     std::string products = "auto";  // the weight products' arithmetic: auto, ggml, amx or vnni (kvlab/kernels.h)

@@ -23,6 +23,14 @@ nlohmann::json DecodePolicyOptions::to_json() const {
     return j;
 }
 
+std::string DecodePolicyOptions::label() const {
+    if (method == "none") return "";
+    const auto it = params.find("threshold");
+    const std::string what = method == "kvzap" ? "threshold " + (it == params.end() ? std::string("?") : it->second)
+                                               : "target " + std::to_string(target);
+    return method + " " + what + " interval " + std::to_string(interval);
+}
+
 std::vector<std::string> decode_policy_methods() {
     return {"none", "knorm", "keydiff", "streaming_llm", "tova", "kvzap"};
 }
