@@ -2,7 +2,7 @@
 // scorer file's round trip and its refusals; the hidden states the engine hands over against
 // the GGUF's own weights; kvzap keeps the top rows of a double recomputation of its surrogate,
 // and in threshold mode exactly the rows at or above the threshold plus the sinks and the window; training
-// on a tiny model runs end to end.
+// on a tiny model runs end to end, for the linear surrogate and the MLP.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -395,6 +395,59 @@ TEST_F(Kvzap, TrainingOnATinyModelWritesAScorerItsMethodReads) {
     o.progress = nullptr;
     const Surrogate again = train_scorer(engine, *tok_, {{"addiction.txt", test::test_text("addiction.txt")}}, o);
     EXPECT_EQ(again.layer(2).w1, s.layer(2).w1);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_F(Kvzap, TrainingAnMlpOnATinyModelWritesAScorerItsMethodReads) {
+    Engine engine(model());
+    const HParams & hp = model().hparams();
+    const std::string dir = test::temp_dir("kvzap-train-mlp");
+    ScorerTrainingOptions o;
+    o.kind = Surrogate::Kind::mlp;
+    o.doc_tokens = 64;
+    o.tokens = 64 * 10;
+    o.samples_per_doc = 24;
+    o.holdout = 0.2;
+    o.n_hidden = 16;
+    o.epochs = 3;
+    o.batch = 32;
+    std::vector<double> losses;
+    o.epoch_progress = [&losses](int epoch, int epochs, double train, double, double) {
+        EXPECT_EQ(epochs, 3);
+        EXPECT_EQ(epoch, int(losses.size()) + 1);
+        losses.push_back(train);
+    };
+    const std::vector<CorpusText> corpus = {{"addiction.txt", test::test_text("addiction.txt")}};
+    const Surrogate s = train_scorer(engine, *tok_, corpus, o);
+    EXPECT_EQ(losses.size(), 3u);
+    EXPECT_EQ(s.kind(), Surrogate::Kind::mlp);
+    EXPECT_EQ(s.n_hidden(), 16);
+    EXPECT_EQ(s.training["training_samples"], 8 * 24);
+    EXPECT_EQ(s.training["mlp"]["train_samples"].get<int64_t>() + s.training["mlp"]["valid_samples"].get<int64_t>(),
+              8 * 24);
+    EXPECT_EQ(s.training["mlp"]["train_loss"].size(), 3u);
+    EXPECT_EQ(s.training["mlp"]["layers"].size(), size_t(hp.n_layer));
+    EXPECT_FALSE(s.training.contains("alpha")) << "the ridge's penalty is not the MLP's";
+    for (const auto & l : s.fit["layers"]) EXPECT_TRUE(std::isfinite(l["r2"].get<double>())) << l.dump();
+    const std::string path = dir + "/trained-mlp.kvzap";
+    s.save(path);
+    const Surrogate loaded = Surrogate::load(path, model().file_sha256());
+    EXPECT_EQ(loaded.kind(), Surrogate::Kind::mlp);
+    EXPECT_EQ(loaded.layer(1).w2, s.layer(1).w2);
+    ContextSession session(engine, {{"kvzap", {{"scorer", path}, {"kind", "mlp"}, {"window", "8"}}}},
+                           SessionOptions{0, 0, tok_});
+    session.prefill(context());
+    EXPECT_LT(session.compress(0, Budget::from_ratio(0.5)).cache.total_rows(), session.full().cache.total_rows());
+    // the same seed: the same weights; the engine's thread count does not matter
+    o.epoch_progress = nullptr;
+    Engine two(model(), EngineOptions{.n_threads = 2});
+    const Surrogate again = train_scorer(two, *tok_, corpus, o);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        EXPECT_EQ(again.layer(il).w1, s.layer(il).w1) << "layer " << il;
+        EXPECT_EQ(again.layer(il).b1, s.layer(il).b1) << "layer " << il;
+        EXPECT_EQ(again.layer(il).w2, s.layer(il).w2) << "layer " << il;
+        EXPECT_EQ(again.layer(il).b2, s.layer(il).b2) << "layer " << il;
+    }
     std::filesystem::remove_all(dir);
 }
 

@@ -1,4 +1,4 @@
-// kvlab train-scorer MODEL [--corpus DIR|FILE ...] [--tokens N] [--kind linear]: trains KVzap's
+// kvlab train-scorer MODEL [--corpus DIR|FILE ...] [--tokens N] [--kind linear|mlp]: trains KVzap's
 // surrogate for the model on the CPU and writes the scorer file the `kvzap` method reads.
 #include <algorithm>
 #include <cstdio>
@@ -24,7 +24,18 @@ struct TrainArgs {
     int threads = 0;
     KernelArgs kernels;
     bool json = false, force = false;
+    std::vector<std::string> given;  // the options given that only one kind takes
 };
+
+// The options only one kind of surrogate takes: refused with the other, rather than ignored.
+void check_kind_options(const TrainArgs & a) {
+    for (const std::string & opt : a.given) {
+        const bool for_mlp = opt != "--alpha";
+        if (for_mlp != (a.kind == "mlp"))
+            throw Error("train-scorer",
+                        opt + " is an option of --kind " + (for_mlp ? "mlp" : "linear") + ", not of --kind " + a.kind);
+    }
+}
 
 // The default corpus: text every Debian machine with Python 3 holds, disjoint from the
 // evaluation's haystacks (essays) and synthetic tasks: Python's reference documentation
@@ -83,6 +94,7 @@ std::vector<CorpusText> read_corpus(const std::vector<std::string> & paths) {
 }
 
 int run_train(const TrainArgs & a) {
+    check_kind_options(a);
     Loaded l = load(a.model, a.kernels.options(a.threads));
     ScorerTrainingOptions o = a.opts;
     o.kind = Surrogate::kind_of(a.kind);
@@ -101,6 +113,11 @@ int run_train(const TrainArgs & a) {
                      static_cast<long long>(total));
         if (done == total) std::fputc('\n', stderr);
         std::fflush(stderr);
+    };
+    o.epoch_progress = [](int epoch, int epochs, double train, double valid, double seconds) {
+        if (epoch == 1) std::fputc('\n', stderr);  // below the training texts' progress line
+        std::fprintf(stderr, "[train-scorer] mlp epoch %d/%d: training loss %.4f, validation loss %.4f (%.0f s)\n",
+                     epoch, epochs, train, valid, seconds);
     };
     Engine engine(*l.model);
     Surrogate s = train_scorer(engine, *l.tok, corpus, o);
@@ -122,8 +139,8 @@ int run_train(const TrainArgs & a) {
 const CommandRegistrar reg("train-scorer", [](CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand(
         "train-scorer",
-        "Train KVzap's surrogate for a model: KVzip+ scores of a training corpus, a ridge fit per layer from the "
-        "hidden states entering its attention; writes the scorer file the kvzap method reads");
+        "Train KVzap's surrogate for a model: KVzip+ scores of a training corpus, a ridge fit (or an MLP) per layer "
+        "from the hidden states entering its attention; writes the scorer file the kvzap method reads");
     auto a = std::make_shared<TrainArgs>();
     add_model_arg(cmd, a->model);
     add_list_option(cmd, "--corpus", a->corpus,
@@ -133,7 +150,9 @@ const CommandRegistrar reg("train-scorer", [](CLI::App & app, int & rc) {
     cmd->add_option("--tokens", a->opts.tokens, "corpus tokens used, held-out texts included")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--kind", a->kind, "surrogate: linear (ridge regression)")
+    cmd->add_option("--kind", a->kind,
+                    "surrogate: linear (ridge regression) or mlp (one hidden GELU layer, trained by AdamW as "
+                    "kvpress's KVzap)")
         ->capture_default_str()
         ->check(CLI::IsMember({"linear", "mlp"}));
     cmd->add_option("--doc-tokens", a->opts.doc_tokens, "tokens per training text")->capture_default_str();
@@ -141,14 +160,35 @@ const CommandRegistrar reg("train-scorer", [](CLI::App & app, int & rc) {
     cmd->add_option("--holdout", a->opts.holdout, "share of the texts held out for the fit report")
         ->capture_default_str()
         ->check(CLI::Range(0.01, 0.5));
-    cmd->add_option("--alpha", a->opts.alpha, "ridge penalty")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("-s,--seed", a->opts.seed, "held-out texts and sampled rows")->capture_default_str();
+    std::vector<CLI::Option *> kind_options;
+    kind_options.push_back(cmd->add_option("--alpha", a->opts.alpha, "linear: ridge penalty")
+                               ->capture_default_str()
+                               ->check(CLI::NonNegativeNumber));
+    kind_options.push_back(cmd->add_option("--hidden", a->opts.n_hidden, "mlp: hidden units")
+                               ->capture_default_str()
+                               ->check(CLI::PositiveNumber));
+    kind_options.push_back(
+        cmd->add_option("--epochs", a->opts.epochs, "mlp: epochs")->capture_default_str()->check(CLI::PositiveNumber));
+    kind_options.push_back(cmd->add_option("--lr", a->opts.lr,
+                                           "mlp: AdamW's learning rate at the first epoch (cosine-annealed to 0 over "
+                                           "the epochs)")
+                               ->capture_default_str()
+                               ->check(CLI::PositiveNumber));
+    kind_options.push_back(cmd->add_option("--batch", a->opts.batch, "mlp: samples per AdamW step")
+                               ->capture_default_str()
+                               ->check(CLI::PositiveNumber));
+    cmd->add_option("-s,--seed", a->opts.seed, "held-out texts and sampled rows; the MLP's initial weights and order")
+        ->capture_default_str();
     cmd->add_option("-o,--output", a->out, "scorer file (default: kvlab's cache, scorers/<model sha256>-<kind>.kvzap)");
     cmd->add_flag("--force", a->force, "train again when the scorer file exists");
     add_threads_option(cmd, a->threads);
     add_kernel_options(cmd, a->kernels);
     add_json_flag(cmd, a->json, "the scorer file's path, the fit per layer and the training's provenance");
-    cmd->callback([&rc, a] { rc = run_train(*a); });
+    cmd->callback([&rc, a, kind_options] {
+        for (const CLI::Option * opt : kind_options)
+            if (opt->count()) a->given.push_back(opt->get_name());
+        rc = run_train(*a);
+    });
 });
 
 }  // namespace

@@ -1,10 +1,10 @@
 // W_o read back as floats, and the Gram matrix of each query head's block of it.
-#include <Eigen/Core>
 #include <cstring>
 
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "kvlab/error.h"
+#include "press/eigen.h"
 #include "press/method.h"
 
 namespace kvlab::press {

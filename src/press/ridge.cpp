@@ -1,9 +1,8 @@
 // RidgeFit: ridge regression with an intercept from streamed sufficient statistics (Eigen).
-#include <Eigen/Cholesky>
-#include <Eigen/Core>
 
 #include "kvlab/error.h"
 #include "kvlab/surrogate.h"
+#include "press/eigen.h"
 
 namespace kvlab {
 

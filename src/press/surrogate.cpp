@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <Eigen/Core>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -19,6 +18,7 @@
 #include "kvlab/error.h"
 #include "kvlab/model.h"
 #include "kvlab/sys.h"
+#include "press/eigen.h"
 
 namespace kvlab {
 

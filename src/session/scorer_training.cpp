@@ -1,16 +1,18 @@
-// train_scorer: KVzip+ targets from kvzip's own repeat passes, ridge fits per layer (RidgeFit),
-// the fit on held-out texts.
+// train_scorer: KVzip+ targets from kvzip's own repeat passes, ridge fits per layer (RidgeFit) or
+// MLPs trained on the kept samples (fit_mlp), the fit on held-out texts.
 #include "kvlab/scorer_training.h"
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
 #include <numeric>
 #include <random>
 
 #include "kvlab/error.h"
 #include "kvlab/press.h"
 #include "kvlab/sys.h"
+#include "session/mlp_fit.h"
 
 namespace kvlab {
 
@@ -99,6 +101,55 @@ double r2(const std::vector<float> & t, const std::vector<float> & p, int n_out)
     return sum / n_out;
 }
 
+// Trains the MLP of every layer on its kept samples (fit_mlp) over the engine's threads, each
+// thread its own layers; returns the training's record for the scorer file.
+nlohmann::json train_mlp(const Engine & engine, const std::vector<MlpSamples> & kept, const ScorerTrainingOptions & o,
+                         std::vector<Surrogate::Layer> & layers) {
+    const HParams & hp = engine.model().hparams();
+    MlpFitOptions mo;
+    mo.n_hidden = o.n_hidden;
+    mo.epochs = o.epochs;
+    mo.lr = o.lr;
+    mo.batch = o.batch;
+    const int threads = engine.options().n_threads > 0 ? engine.options().n_threads : engine.model().refresh_threads();
+    uint64_t sample_bytes = 0;
+    for (const MlpSamples & k : kept) sample_bytes += k.x.size() * sizeof(uint16_t) + k.y.size() * sizeof(float);
+    const double t0 = now_seconds();
+    MlpFit f = fit_mlp(kept, hp.n_embd, hp.n_head_kv, mo, o.seed, threads, o.epoch_progress);
+    layers = std::move(f.layers);
+    const auto mean = [&](const std::vector<std::vector<double>> & per_layer) {
+        std::vector<double> m(per_layer[0].size(), 0.0);
+        for (const auto & l : per_layer)
+            for (size_t e = 0; e < l.size(); ++e) m[e] += l[e] / double(per_layer.size());
+        return m;
+    };
+    nlohmann::json per_layer = nlohmann::json::array();
+    for (size_t il = 0; il < f.train_loss.size(); ++il)
+        per_layer.push_back({{"train_loss", f.train_loss[il]}, {"valid_loss", f.valid_loss[il]}});
+    return {{"n_hidden", mo.n_hidden},
+            {"activation", "GELU (erf)"},
+            {"epochs", mo.epochs},
+            {"lr", mo.lr},
+            {"lr_schedule", "cosine annealing per epoch to 0 (T_max = epochs)"},
+            {"batch", mo.batch},
+            {"optimizer", "AdamW"},
+            {"betas", {mo.beta1, mo.beta2}},
+            {"eps", mo.eps},
+            {"weight_decay", mo.weight_decay},
+            {"clip_grad_norm", mo.clip},
+            {"loss", "MSE"},
+            {"init", "torch nn.Linear: uniform within +-1/sqrt(fan_in)"},
+            {"inputs", "hidden states as bf16 (round to nearest even)"},
+            {"sample_bytes", sample_bytes},
+            {"valid_share", mo.valid},
+            {"train_samples", f.n_train},
+            {"valid_samples", f.n_valid},
+            {"train_loss", mean(f.train_loss)},
+            {"valid_loss", f.n_valid > 0 ? nlohmann::json(mean(f.valid_loss)) : nlohmann::json::array()},
+            {"fit_seconds", now_seconds() - t0},
+            {"layers", per_layer}};
+}
+
 }  // namespace
 
 double spearman(const std::vector<float> & a, const std::vector<float> & b) {
@@ -118,8 +169,9 @@ Surrogate train_scorer(Engine & engine, const Tokenizer & tok, const std::vector
                        const ScorerTrainingOptions & o) {
     const Model & model = engine.model();
     const HParams & hp = model.hparams();
-    if (o.kind != Surrogate::Kind::linear)
-        throw Error("train-scorer", "only the linear (ridge) surrogate is trained so far; --kind mlp is not available");
+    const bool mlp = o.kind == Surrogate::Kind::mlp;
+    if (mlp && (o.n_hidden < 1 || o.epochs < 1 || o.batch < 1 || !(o.lr > 0)))
+        throw Error("train-scorer", "the MLP needs hidden >= 1, epochs >= 1, batch >= 1 and lr > 0");
     if (o.doc_tokens < 64 || o.samples_per_doc < 1 || o.tokens < o.doc_tokens || !(o.holdout > 0 && o.holdout < 1))
         throw Error("train-scorer", "doc_tokens >= 64, samples >= 1, tokens >= doc_tokens and 0 < holdout < 1");
     // texts of doc_tokens tokens cut from every corpus file, shuffled, then taken up to `tokens`
@@ -154,20 +206,39 @@ Surrogate train_scorer(Engine & engine, const Tokenizer & tok, const std::vector
     const int64_t n_train = int64_t(docs.size()) - n_hold;
 
     const std::unique_ptr<Press> kvzip = make_press("kvzip", {{"plus", "true"}}, model);
-    std::vector<RidgeFit> fits(size_t(hp.n_layer), RidgeFit(hp.n_embd, hp.n_head_kv));
+    // linear: streamed into sums; mlp: kept, the hidden states as bf16 (the MLP's epochs see them all)
+    std::vector<RidgeFit> fits(mlp ? 0 : size_t(hp.n_layer), RidgeFit(hp.n_embd, hp.n_head_kv));
+    std::vector<MlpSamples> kept(mlp ? size_t(hp.n_layer) : 0);
+    for (MlpSamples & k : kept) {
+        k.x.reserve(size_t(n_train * o.samples_per_doc * hp.n_embd));
+        k.y.reserve(size_t(n_train * o.samples_per_doc * hp.n_head_kv));
+    }
     int64_t n_samples = 0;
     const double t0 = now_seconds();
     for (int64_t i = 0; i < n_train; ++i) {
         const DocSamples d = collect(engine, tok, *kvzip, docs[size_t(i)].text, o.samples_per_doc, rng);
-        for (int il = 0; il < hp.n_layer; ++il)
-            fits[size_t(il)].add(d.x[size_t(il)].data(), d.y[size_t(il)].data(), d.m);
+        for (int il = 0; il < hp.n_layer; ++il) {
+            if (!mlp) {
+                fits[size_t(il)].add(d.x[size_t(il)].data(), d.y[size_t(il)].data(), d.m);
+                continue;
+            }
+            MlpSamples & k = kept[size_t(il)];
+            std::transform(d.x[size_t(il)].begin(), d.x[size_t(il)].end(), std::back_inserter(k.x), to_bf16);
+            k.y.insert(k.y.end(), d.y[size_t(il)].begin(), d.y[size_t(il)].end());
+        }
         n_samples += d.m;
         if (o.progress) o.progress(i + 1, int64_t(docs.size()), "training");
     }
     std::vector<Surrogate::Layer> layers(size_t(hp.n_layer));
-    for (int il = 0; il < hp.n_layer; ++il)
-        fits[size_t(il)].solve(o.alpha, layers[size_t(il)].w1, layers[size_t(il)].b1);
-    Surrogate s(o.kind, hp.n_embd, hp.n_head_kv, 0, std::move(layers));
+    nlohmann::json mlp_record;
+    if (!mlp) {
+        for (int il = 0; il < hp.n_layer; ++il)
+            fits[size_t(il)].solve(o.alpha, layers[size_t(il)].w1, layers[size_t(il)].b1);
+    } else {
+        mlp_record = train_mlp(engine, kept, o, layers);
+        kept = {};  // freed before the held-out texts
+    }
+    Surrogate s(o.kind, hp.n_embd, hp.n_head_kv, mlp ? o.n_hidden : 0, std::move(layers));
 
     // the fit on the held-out texts
     std::vector<std::vector<float>> truth(size_t(hp.n_layer)), pred(size_t(hp.n_layer));
@@ -214,6 +285,10 @@ Surrogate train_scorer(Engine & engine, const Tokenizer & tok, const std::vector
         {"alpha", o.alpha},
         {"seed", o.seed},
         {"seconds", now_seconds() - t0}};
+    if (mlp) {
+        s.training.erase("alpha");
+        s.training["mlp"] = mlp_record;
+    }
     s.model = {{"name", std::filesystem::path(model.path()).filename().string()},
                {"sha256", model.file_sha256()},
                {"arch", hp.arch}};

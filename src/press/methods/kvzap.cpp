@@ -18,7 +18,7 @@ namespace {
 class KvzapScorer : public Scorer {
 public:
     KvzapScorer(const Params & p, const Model & m)
-        : hp_(m.hparams()), window_(p.get_int("window")), n_sink_(p.get_int("n_sink")) {
+        : hp_(m.hparams()), n_threads_(m.n_threads()), window_(p.get_int("window")), n_sink_(p.get_int("n_sink")) {
         if (window_ < 0 || n_sink_ < 0) throw Error("press", "kvzap: window and n_sink cannot be negative");
         surrogate_ = scorer_for(m, p.get_string("scorer"), Surrogate::kind_of(p.get_string("kind")));
     }
@@ -33,7 +33,12 @@ public:
             const auto t0 = std::chrono::steady_clock::now();
             n = std::min(n, L_ - tok0);
             std::vector<float> y(size_t(n * hp_.n_head_kv));
-            surrogate_.predict(il, x, n, y.data());
+            // the chunk's rows split over the model's threads (idle while the observer runs)
+            const int64_t T = std::max<int64_t>(1, std::min<int64_t>(n_threads_, n));
+            parallel_for(T, int(T), [&](int64_t b) {
+                const int64_t r0 = n * b / T, r1 = n * (b + 1) / T;
+                surrogate_.predict(il, x + r0 * hp_.n_embd, r1 - r0, y.data() + r0 * hp_.n_head_kv);
+            });
             for (int64_t r = 0; r < n; ++r)
                 for (int h = 0; h < hp_.n_head_kv; ++h) s_[il][h][size_t(tok0 + r)] = y[size_t(r * hp_.n_head_kv + h)];
             seen_[il] += n;
@@ -55,6 +60,7 @@ public:
 
 private:
     HParams hp_;
+    int n_threads_;
     int64_t window_, n_sink_;
     Surrogate surrogate_;
     int64_t L_ = 0;

@@ -10,13 +10,13 @@
 // kvzip_plus_normalization; the target KVzap learns): each probability is divided by the norm
 // of the hidden state entering the attention at the repeat query and multiplied by the norm of
 // the key's value through the query head's block of W_o, before the maxima.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "kernels/scoring.h"
 #include "kvlab/error.h"
+#include "press/eigen.h"
 #include "press/method.h"
 #include "press/policy.h"
 
