@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-step set-up on a fresh machine: system packages and the pinned llama.cpp build
-# (scripts/deps.sh), the default model (scripts/models.sh), then kvlab itself (CMake + Ninja).
+# (scripts/deps.sh), the default model (scripts/models.sh), the Python module into kvlab's venv
+# (scripts/python-module.sh), then kvlab itself (CMake + Ninja).
 # Idempotent and cached: a second run only rebuilds what changed. Prints nothing on stdout.
 # With --tests it also installs what the test suite needs and builds build/kvlab_tests.
 set -euo pipefail
@@ -10,9 +11,12 @@ tests=()
 source "$root/scripts/build-env.sh"
 prepare_build "${tests[@]}"
 build="${KVLAB_BUILD_DIR:-$root/build}"
+# The Python module (`import kvlab`, docs/python.md) into kvlab's venv.
+module_python=$(bash "$root/scripts/python-module.sh")
 options=()
 if [ ${#tests[@]} -gt 0 ]; then
-  options=(-DKVLAB_BUILD_TESTS=ON -DKVLAB_TEST_PYTHON="$(bash "$root/scripts/test-venv.sh")")
+  options=(-DKVLAB_BUILD_TESTS=ON -DKVLAB_TEST_PYTHON="$(bash "$root/scripts/test-venv.sh")"
+           -DKVLAB_MODULE_PYTHON="$module_python")
 elif [ ! -f "$build/build.ninja" ]; then
   options=(-DKVLAB_BUILD_TESTS=OFF)
 fi

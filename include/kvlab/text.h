@@ -27,10 +27,11 @@ public:
     std::string decode(const std::vector<int32_t> & tokens) const;
     std::string piece(int32_t token) const;
 
-    // The model's chat template applied to messages with the assistant turn opened,
+    // The model's chat template applied to messages, with the assistant turn opened unless
+    // add_generation_prompt is false,
     // tokenized with exactly one BOS when the model uses one.
-    std::vector<int32_t> chat(const std::vector<ChatMessage> & messages) const;
-    std::string chat_text(const std::vector<ChatMessage> & messages) const;
+    std::vector<int32_t> chat(const std::vector<ChatMessage> & messages, bool add_generation_prompt = true) const;
+    std::string chat_text(const std::vector<ChatMessage> & messages, bool add_generation_prompt = true) const;
     bool has_chat_template() const { return !chat_template_.empty(); }
 
     // A question about a long context, split so that the context's tokens are a prefix

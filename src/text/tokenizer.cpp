@@ -84,7 +84,7 @@ std::string Tokenizer::piece(int32_t token) const {
     return n < 0 ? std::string() : std::string(buf, size_t(n));
 }
 
-std::string Tokenizer::chat_text(const std::vector<ChatMessage> & messages) const {
+std::string Tokenizer::chat_text(const std::vector<ChatMessage> & messages, bool add_generation_prompt) const {
     if (chat_template_.empty()) throw Error("text", "the model has no chat template; use a plain prompt instead");
     std::vector<llama_chat_message> msgs;
     size_t total = 0;
@@ -93,22 +93,23 @@ std::string Tokenizer::chat_text(const std::vector<ChatMessage> & messages) cons
         total += m.content.size() + m.role.size();
     }
     std::string buf(2 * total + 256, '\0');
-    int32_t n = llama_chat_apply_template(chat_template_.c_str(), msgs.data(), msgs.size(), true, buf.data(),
-                                          int32_t(buf.size()));
+    int32_t n = llama_chat_apply_template(chat_template_.c_str(), msgs.data(), msgs.size(), add_generation_prompt,
+                                          buf.data(), int32_t(buf.size()));
     if (n > int32_t(buf.size())) {
         buf.resize(size_t(n));
-        n = llama_chat_apply_template(chat_template_.c_str(), msgs.data(), msgs.size(), true, buf.data(),
-                                      int32_t(buf.size()));
+        n = llama_chat_apply_template(chat_template_.c_str(), msgs.data(), msgs.size(), add_generation_prompt,
+                                      buf.data(), int32_t(buf.size()));
     }
     if (n < 0) throw Error("text", "libllama does not recognise this model's chat template");
     buf.resize(size_t(n));
     return buf;
 }
 
-std::vector<int32_t> Tokenizer::chat(const std::vector<ChatMessage> & messages) const {
+std::vector<int32_t> Tokenizer::chat(const std::vector<ChatMessage> & messages, bool add_generation_prompt) const {
     // The template text may itself start with the BOS text; tokenizing with add_special
     // would then give two BOS tokens. Keep exactly one.
-    std::vector<int32_t> toks = encode(chat_text(messages), /*add_special=*/true, /*parse_special=*/true);
+    std::vector<int32_t> toks =
+        encode(chat_text(messages, add_generation_prompt), /*add_special=*/true, /*parse_special=*/true);
     const int32_t b = bos();
     if (toks.size() >= 2 && b >= 0 && toks[0] == b && toks[1] == b) toks.erase(toks.begin());
     return toks;
