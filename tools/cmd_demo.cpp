@@ -3,8 +3,8 @@
 //  1. query-agnostic: needle-in-a-haystack, RULER's single needle (three depths) and the
 //     many-questions task (six facts, six questions from one compressed cache) at 1,024
 //     tokens, 2 samples each (24 answers per row); 10 methods (kvzip and kvzap among them) x
-//     ratios 0.5 and 0.75 against the full cache (kvzap where the model has its scorer:
-//     `kvlab train-scorer`, which the set-up runs for the default model);
+//     ratios 0.5 and 0.75 against the full cache (kvzap's scorer trained on first use where
+//     the model has none: the set-up trains the default model's);
 //  2. query-aware SnapKV in the multi-turn setting: compressed with each sample's first
 //     question in its window, then every question answered from that cache (rows
 //     "snapkv (multi-turn)"; on the one-question needle tasks it is plain query-aware SnapKV);
@@ -23,6 +23,7 @@
 #include "eval_cli.h"
 #include "kvlab/error.h"
 #include "kvlab/surrogate.h"
+#include "train_scorer.h"
 
 namespace kvlab::cli {
 
@@ -43,22 +44,27 @@ eval::RunConfig demo_config() {
     return c;
 }
 
-// The demo's own method list without kvzap when the model has no scorer (said on stderr); a
-// list the user gave is left as it is (kvzap's error names `kvlab train-scorer`).
-void drop_kvzap_without_scorer(eval::RunConfig & c) {
-    auto it = std::find_if(c.methods.begin(), c.methods.end(), [](const auto & m) { return m.name == "kvzap"; });
-    if (it == c.methods.end()) return;
-    const Loaded l = load(c.model, KernelArgs{}.options(1));
-    try {
-        scorer_for(*l.model, "", Surrogate::Kind::linear);
-    } catch (const Error & e) {
-        std::fprintf(stderr, "[demo] kvzap left out: %s\n", e.what());
-        c.methods.erase(it);
+// kvzap's scorer, trained on first use when the model has none (the set-up trains the default
+// model's): the demo needs no extra step on any model.
+void ensure_kvzap_scorer(const eval::RunConfig & c) {
+    if (std::none_of(c.methods.begin(), c.methods.end(), [](const auto & m) { return m.name == "kvzap"; })) return;
+    {
+        const Loaded l = load(c.model, KernelArgs{}.options(1));
+        try {
+            scorer_for(*l.model, "", Surrogate::Kind::linear);
+            return;
+        } catch (const Error &) {
+        }
     }
+    std::fprintf(stderr,
+                 "[demo] %s has no KVzap scorer yet: training it once (`kvlab train-scorer %s`, a few minutes; "
+                 "docs/kvzap.md)\n",
+                 c.model.c_str(), c.model.c_str());
+    if (train_default_scorer(c.model, c.threads) != 0) throw Error("demo", "training kvzap's scorer failed");
 }
 
-int run_demo(eval::RunConfig c, bool own_methods) {
-    if (own_methods) drop_kvzap_without_scorer(c);
+int run_demo(const eval::RunConfig & c) {
+    ensure_kvzap_scorer(c);
     run_eval(c, false);
     eval::RunConfig qa = c;
     qa.methods = {{"snapkv", {}}};
@@ -98,8 +104,7 @@ const CommandRegistrar reg("demo", [](CLI::App & app, int & rc) {
     a->flags = demo_config();
     add_model_arg(cmd, a->model, false)->default_str(a->flags.model);
     add_eval_options(cmd, a.get());
-    cmd->callback(
-        [&rc, a, cmd] { rc = run_demo(resolve_eval(*a, a->flags), cmd->get_option("--methods")->count() == 0); });
+    cmd->callback([&rc, a] { rc = run_demo(resolve_eval(*a, a->flags)); });
 });
 
 }  // namespace

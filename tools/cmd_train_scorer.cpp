@@ -10,6 +10,7 @@
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
 #include "kvlab/scorer_training.h"
+#include "train_scorer.h"
 
 namespace kvlab::cli {
 
@@ -135,6 +136,17 @@ int run_train(const TrainArgs & a) {
                         .c_str());
     return 0;
 }
+
+}  // namespace
+
+int train_default_scorer(const std::string & model, int threads) {
+    TrainArgs a;
+    a.model = model;
+    a.threads = threads;
+    return run_train(a);
+}
+
+namespace {
 
 const CommandRegistrar reg("train-scorer", [](CLI::App & app, int & rc) {
     auto * cmd = app.add_subcommand(
