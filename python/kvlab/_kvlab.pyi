@@ -1,5 +1,5 @@
 """Type stubs of kvlab's compiled module (python/src/*.cpp)."""
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Protocol, Sequence, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -52,9 +52,25 @@ class Model:
     def generate_text(self, ids: Sequence[int], max_tokens: int = 64, temp: float = 0.0, stop_on_eos: bool = True,
                       top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> dict[str, Any]: ...
 
+class Scorer(Protocol):
+    """A Python scorer (docs/python.md, "Python scorers"): score(layer, keys, values[, queries]) with
+    float32 keys and values [kv_heads, rows, head_dim] and, when window_queries > 0 or wants_queries,
+    the prefill's queries [n_heads, window, head_dim]; returns scores [kv_heads, rows] (or [rows]).
+    Optional attributes: n_sink, window (rows always kept), window_queries, wants_queries."""
+    def score(self, layer: int, keys: npt.NDArray[np.float32], values: npt.NDArray[np.float32],
+              *queries: npt.NDArray[np.float32]) -> npt.ArrayLike: ...
+
+ScoreFn = Callable[..., npt.ArrayLike]
+
+@overload
 def compress(cache: Cache, method: str, ratio: Optional[float] = None, budget: Optional[int] = None,
              kv_bytes: Optional[int] = None, bytes_ratio: Optional[float] = None, demote: Optional[str] = None,
              preset: str = "", **params: Any) -> dict[str, Any]: ...
+@overload
+def compress(cache: Cache, method: Union[Scorer, ScoreFn], ratio: Optional[float] = None,
+             budget: Optional[int] = None, kv_bytes: Optional[int] = None, bytes_ratio: Optional[float] = None,
+             demote: Optional[str] = None, *, per: Literal["uniform", "layer", "global", "model"] = "uniform",
+             n_sink: Optional[int] = None, window: Optional[int] = None, alpha: float = 0.2) -> dict[str, Any]: ...
 def methods() -> list[dict[str, Any]]: ...
 def memory_snapshot() -> dict[str, int]: ...
 def reset_peak() -> None: ...

@@ -7,28 +7,58 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common.h"
 #include "kvlab/cache.h"
 #include "kvlab/engine.h"
+#include "kvlab/error.h"
+#include "kvlab/press.h"
 
 namespace kvlab::py {
 
 namespace pb = pybind11;
 
 // A loaded model: weights, tokenizer and one engine. The engine computes one call at a time
-// (`lock`): Python threads that share a model wait for each other, the GIL released meanwhile.
+// (`lock`, taken through ModelLock): Python threads that share a model wait for each other, the
+// GIL released meanwhile.
 struct PyModel {
     cli::Loaded loaded;
     std::unique_ptr<Engine> engine;
     double load_ms = 0.0;
     std::mutex lock;
+    std::atomic<std::thread::id> holder{};  // the thread that holds `lock` (none: the default id)
     const Model & model() const { return *loaded.model; }
     const Tokenizer & tok() const { return *loaded.tok; }
+};
+
+// Holds a model's lock for one engine call; construct it with the GIL released. A Python scorer
+// runs while kvlab.compress holds the lock: when it calls its own model it gets kvlab.Error,
+// not a deadlock (std::mutex is not recursive).
+class ModelLock {
+public:
+    explicit ModelLock(PyModel & pm) : pm_(pm) {
+        if (pm.holder.load() == std::this_thread::get_id())
+            throw Error("python",
+                        "this model is busy in kvlab.compress on this thread: a Python scorer cannot call "
+                        "its own model");
+        pm.lock.lock();
+        pm.holder = std::this_thread::get_id();
+    }
+    ~ModelLock() {
+        pm_.holder = std::thread::id();
+        pm_.lock.unlock();
+    }
+    ModelLock(const ModelLock &) = delete;
+    ModelLock & operator=(const ModelLock &) = delete;
+
+private:
+    PyModel & pm_;
 };
 
 // A KV cache of a model: the store, and the tokens prefilled into it from position 0 while it
@@ -50,5 +80,14 @@ std::vector<int32_t> token_ids(const PyModel & m, const std::vector<int64_t> & i
 void bind_model(pb::module_ & m);
 void bind_cache(pb::module_ & m);
 void bind_compress(pb::module_ & m);
+
+// kvlab.compress with a Python scorer (scorer.cpp): `scorer` is a callable or has a `score`
+// method; `options` the keyword arguments compress() got (per, n_sink, window, alpha).
+pb::object compress_with_scorer(PyCache & cache, const pb::object & scorer, const Budget & budget,
+                                const pb::kwargs & options);
+pb::object json_to_python(const nlohmann::json & j);
+// A plain prefill whose sliding-window layers (Gemma 3) freed the rows their windows no longer
+// see: a method, which scores every layer's rows, needs the context prefilled again with them held.
+bool slid(const PyCache & c);
 
 }  // namespace kvlab::py

@@ -26,7 +26,7 @@ std::vector<float> feed(PyModel & pm, PyCache & c, const std::vector<int32_t> & 
     std::vector<float> logits;
     {
         pb::gil_scoped_release nogil;
-        std::lock_guard<std::mutex> hold(pm.lock);
+        ModelLock hold(pm);
         logits = engine.prefill(*c.store, ids, ps);
     }
     if (c.pristine && c.store->next_pos() == int32_t(c.context.size() + ids.size()))
@@ -63,13 +63,14 @@ pb::dict generate(PyModel & pm, PyCache & c, const std::vector<int64_t> & query,
     go.eog_ids = pm.tok().eog_ids();
     go.sampling = {temp, top_k, top_p, seed};
     if (max_tokens < 1) throw Error("python", "max_tokens must be at least 1");
-    if (temp < 0 || top_k < 0 || !(top_p > 0 && top_p <= 1)) throw Error("python", "temp >= 0, top_k >= 0, 0 < top_p <= 1");
+    if (temp < 0 || top_k < 0 || !(top_p > 0 && top_p <= 1))
+        throw Error("python", "temp >= 0, top_k >= 0, 0 < top_p <= 1");
     const std::vector<int32_t> ids = token_ids(pm, query, "generate_from_cache");
     if (ids.empty()) throw Error("python", "generate_from_cache needs at least one query token");
     GenerateResult r;
     {
         pb::gil_scoped_release nogil;
-        std::lock_guard<std::mutex> hold(pm.lock);
+        ModelLock hold(pm);
         r = pm.engine->generate(*c.store, ids, go);
     }
     c.pristine = false;
@@ -171,8 +172,8 @@ their original positions.)doc")
                 }
                 PrefillStats ps;
                 feed(*pm, *cache, toks, stepped ? *stepped : *pm->engine, &ps);
-                return pb::make_tuple(cache, pb::dict(pb::arg("prefill_ms") = ps.seconds * 1e3,
-                                                      pb::arg("prefill_tokens") = ps.n_tokens));
+                return pb::make_tuple(
+                    cache, pb::dict(pb::arg("prefill_ms") = ps.seconds * 1e3, pb::arg("prefill_tokens") = ps.n_tokens));
             },
             pb::arg("ids"), pb::arg("cache") = nullptr, pb::arg("step") = pb::none(),
             "Runs the model over ids into `cache` (a new one when None), in chunks of `step` tokens (the "
@@ -190,8 +191,8 @@ their original positions.)doc")
             "[vocab_size] (no copy).")
         .def(
             "generate_from_cache",
-            [](const std::shared_ptr<PyModel> & pm, PyCache & cache, const std::vector<int64_t> & query,
-               int max_tokens, float temp, bool stop_on_eos, int top_k, float top_p, uint64_t seed) {
+            [](const std::shared_ptr<PyModel> & pm, PyCache & cache, const std::vector<int64_t> & query, int max_tokens,
+               float temp, bool stop_on_eos, int top_k, float top_p, uint64_t seed) {
                 return generate(*pm, cache, query, max_tokens, temp, stop_on_eos, top_k, top_p, seed);
             },
             pb::arg("cache"), pb::arg("query_ids"), pb::arg("max_tokens") = 64, pb::arg("temp") = 0.0f,
@@ -210,8 +211,7 @@ their original positions.)doc")
                 cache->store = std::make_unique<KvStore>(pm->engine->new_cache(0));
                 PrefillStats ps;
                 const std::vector<int32_t> toks = token_ids(*pm, ids, "generate_text");
-                if (toks.size() > 1)
-                    feed(*pm, *cache, {toks.begin(), toks.end() - 1}, *pm->engine, &ps);
+                if (toks.size() > 1) feed(*pm, *cache, {toks.begin(), toks.end() - 1}, *pm->engine, &ps);
                 pb::dict d = generate(*pm, *cache, {ids.back()}, max_tokens, temp, stop_on_eos, top_k, top_p, seed);
                 d["prefill_ms"] = ps.seconds * 1e3;
                 d["prefill_tokens"] = ps.n_tokens;

@@ -1,24 +1,29 @@
 // kvlab.compress(cache, method, ratio=... | budget=... | kv_bytes=... | bytes_ratio=..., **params):
 // any registered method frees rows of a cache, as `kvlab compress` and `ask` do; kvlab.methods().
+// A Python scorer in place of the method's name goes to compress_with_scorer (scorer.cpp).
 #include "bindings.h"
 #include "kvlab/error.h"
 #include "kvlab/session.h"
 
 namespace kvlab::py {
 
-namespace {
-
 pb::object json_to_python(const nlohmann::json & j) {
     return pb::module_::import("json").attr("loads")(j.dump());
 }
+
+bool slid(const PyCache & c) {
+    return c.pristine && !c.context.empty() && !c.store->uniform();
+}
+
+namespace {
 
 // Exactly one budget; demote (a cache type) keeps the rows the budget would evict at that type.
 Budget budget_of(const pb::object & ratio, const pb::object & budget, const pb::object & kv_bytes,
                  const pb::object & bytes_ratio, const pb::object & demote) {
     const int given = !ratio.is_none() + !budget.is_none() + !kv_bytes.is_none() + !bytes_ratio.is_none();
     if (given != 1) throw Error("python", "give exactly one of ratio, budget, kv_bytes and bytes_ratio");
-    Budget b = !ratio.is_none()    ? Budget::from_ratio(ratio.cast<double>())
-               : !budget.is_none() ? Budget::from_tokens(budget.cast<int64_t>())
+    Budget b = !ratio.is_none()      ? Budget::from_ratio(ratio.cast<double>())
+               : !budget.is_none()   ? Budget::from_tokens(budget.cast<int64_t>())
                : !kv_bytes.is_none() ? Budget::from_bytes(kv_bytes.cast<int64_t>())
                                      : Budget::from_bytes_ratio(bytes_ratio.cast<double>());
     if (!demote.is_none()) b.set_demotion(parse_cache_type(demote.cast<std::string>()), -1.0);
@@ -40,11 +45,16 @@ ParamMap param_map(const pb::kwargs & params) {
 void bind_compress(pb::module_ & m) {
     m.def(
         "compress",
-        [](PyCache & cache, const std::string & method, pb::object ratio, pb::object budget, pb::object kv_bytes,
+        [](PyCache & cache, const pb::object & how, pb::object ratio, pb::object budget, pb::object kv_bytes,
            pb::object bytes_ratio, pb::object demote, const std::string & preset, const pb::kwargs & params) {
             if (!cache.store) throw Error("python", "this cache was given up");
             PyModel & pm = *cache.owner;
             const Budget b = budget_of(ratio, budget, kv_bytes, bytes_ratio, demote);
+            if (!pb::isinstance<pb::str>(how)) {
+                if (!preset.empty()) throw Error("python", "preset applies to kvlab's methods, not to a Python scorer");
+                return compress_with_scorer(cache, how, b, params);
+            }
+            const std::string method = how.cast<std::string>();
             const MethodRequest req{method, apply_preset(preset, method, param_map(params))};
             std::unique_ptr<Press> press = make_press(req.name, req.params, pm.model());
             // A method that observes the prefill (its queries, hidden states or passes of its own)
@@ -52,6 +62,8 @@ void bind_compress(pb::module_ & m) {
             // (asked of a throwaway press on an empty cache: asking sets a press up for a prefill)
             KvStore probe = pm.engine->new_cache(0);
             const bool observes = press->has_scoring_passes() || press->observer(probe, 1) != nullptr;
+            // (also a plain prefill whose sliding-window layers slid: a method scores every layer's rows)
+            const bool reprefill = observes || slid(cache);
             press = make_press(req.name, req.params, pm.model());
             if (observes && (!cache.pristine || cache.context.empty()))
                 throw Error("python", method +
@@ -61,8 +73,8 @@ void bind_compress(pb::module_ & m) {
             nlohmann::json resolved;
             {
                 pb::gil_scoped_release nogil;
-                std::lock_guard<std::mutex> hold(pm.lock);
-                if (observes) {
+                ModelLock hold(pm);
+                if (reprefill) {
                     SessionOptions so{0, 0, &pm.tok(), cache.store->types()};
                     ContextSession s(*pm.engine, {req}, so);
                     s.prefill(cache.context);
@@ -80,20 +92,26 @@ void bind_compress(pb::module_ & m) {
             j["method"] = method;
             j["params"] = resolved;
             j["budget"] = b.to_json();
-            j["reprefilled"] = observes;
+            j["reprefilled"] = reprefill;
             return json_to_python(j);
         },
         pb::arg("cache"), pb::arg("method"), pb::arg("ratio") = pb::none(), pb::arg("budget") = pb::none(),
         pb::arg("kv_bytes") = pb::none(), pb::arg("bytes_ratio") = pb::none(), pb::arg("demote") = pb::none(),
         pb::arg("preset") = "",
-        R"doc(Compresses the cache in place with a registered method (kvlab.methods()), freeing the rows it drops.
+        R"doc(Compresses the cache in place with a registered method (kvlab.methods()) or a Python scorer, freeing
+the rows it drops.
 
 Exactly one budget: ratio (share of rows removed), budget (rows kept per layer), kv_bytes, or bytes_ratio
 (share of the full cache's F16 bytes); demote="q4_0" keeps the rows it would evict at that type. Method
 parameters as keyword arguments (window=8); preset="kvpress" follows kvpress's rules. A method that
 scores from the prefill (SnapKV, KVzip, KVzap, ...) re-reads the cache's context with it watching: give it
 a cache that holds a plain prefill. Returns the compression's figures (rows and bytes before and after,
-kept rows per layer and head, times).)doc");
+kept rows per layer and head, times).
+
+method may instead be a Python scorer: a callable, or an object with a score method, called per layer as
+score(layer, keys, values[, queries]) and returning scores [kv_heads, rows] (higher is kept first); then
+the keyword arguments are per="uniform"|"layer"|"global"|"model", n_sink, window and alpha (docs/python.md,
+"Python scorers").)doc");
     m.def(
         "methods",
         [] {
