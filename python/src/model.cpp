@@ -105,17 +105,13 @@ CPUs other work leaves idle, as the CLI's -t 0. Calls on one model run one at a 
         .def_property_readonly("threads", [](const PyModel & pm) { return pm.model().n_threads(); })
         .def_property_readonly(
             "info",
-            [](const PyModel & pm) {
-                return model_info(pm, std::filesystem::path(pm.loaded.path).stem().string());
-            },
+            [](const PyModel & pm) { return model_info(pm, std::filesystem::path(pm.loaded.path).stem().string()); },
             "The seed's ModelInfo fields from the GGUF (architecture, shapes, RoPE, hashes, BOS/EOS ids, "
             "versions), and kvlab's whole provenance record under 'provenance'.")
         .def(
             "chat_prompt_tokens",
             [](const PyModel & pm, const std::vector<std::map<std::string, std::string>> & messages,
-               bool add_generation_prompt) {
-                return pm.tok().chat(chat_messages(messages), add_generation_prompt);
-            },
+               bool add_generation_prompt) { return pm.tok().chat(chat_messages(messages), add_generation_prompt); },
             pb::arg("messages"), pb::arg("add_generation_prompt") = true,
             "The model's own chat template applied to [{'role', 'content'}, ...], as token ids (no double BOS).")
         .def(

@@ -2,8 +2,8 @@
 // message), the process's memory figures, and the binding files' parts.
 #include "bindings.h"
 #include "environment.h"
-#include "kvlab/log.h"
 #include "kvlab/error.h"
+#include "kvlab/log.h"
 #include "kvlab/provenance.h"
 #include "kvlab/sys.h"
 
