@@ -80,6 +80,7 @@ std::vector<int32_t> token_ids(const PyModel & m, const std::vector<int64_t> & i
 void bind_model(pb::module_ & m);
 void bind_cache(pb::module_ & m);
 void bind_compress(pb::module_ & m);
+void bind_eval(pb::module_ & m);
 
 // kvlab.compress with a Python scorer (scorer.cpp): `scorer` is a callable or has a `score`
 // method; `options` the keyword arguments compress() got (per, n_sink, window, alpha).

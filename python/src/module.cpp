@@ -49,4 +49,5 @@ PYBIND11_MODULE(_kvlab, m) {
     py::bind_model(m);
     py::bind_cache(m);
     py::bind_compress(m);
+    py::bind_eval(m);
 }
