@@ -138,6 +138,11 @@ const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
     add_kernel_options(cmd, a->kernels);
     add_engine_options(cmd, a->engine);
     add_decode_policy_options(cmd, a->decode);
+    cmd->add_flag(
+        "--no-prefix-reuse", [a](int64_t) { a->o.prefix_reuse = false; },
+        "answer a prompt that begins with a stored context's tokens by a fresh prefill (by default the "
+        "longest such context answers it, as if the request named it; usage.prompt_tokens_details."
+        "cached_tokens says how many tokens came from it)");
     cmd->callback([&rc, a] { rc = run_serve(*a); });
 });
 

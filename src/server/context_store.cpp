@@ -1,5 +1,6 @@
 #include "server/context_store.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -125,6 +126,17 @@ std::shared_ptr<const ContextInfo> ContextStore::info(const std::string & id) co
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = entries_.find(id);
     return it == entries_.end() ? nullptr : it->second->info;
+}
+
+std::shared_ptr<const ContextInfo> ContextStore::longest_prefix(const std::vector<int32_t> & tokens) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<const ContextInfo> best;
+    for (const auto & [id, e] : entries_) {
+        const std::vector<int32_t> & t = e->info->tokens;
+        if (t.empty() || t.size() >= tokens.size() || (best && t.size() <= best->tokens.size())) continue;
+        if (std::equal(t.begin(), t.end(), tokens.begin())) best = e->info;
+    }
+    return best;
 }
 
 std::shared_ptr<const KvStore> ContextStore::rows(const std::string & id, double * load_s) {

@@ -42,6 +42,9 @@ public:
     nlohmann::json add(KvStore rows, const CacheFileContent & content, nlohmann::json object);
     // nullptr when there is no such context.
     std::shared_ptr<const ContextInfo> info(const std::string & id) const;
+    // The stored context with the most tokens that are a proper prefix of `tokens` (at least one
+    // token left after it); ties go to the earliest id. nullptr when none is.
+    std::shared_ptr<const ContextInfo> longest_prefix(const std::vector<int32_t> & tokens) const;
     // The rows, read back from the file when they had been dropped (load_s: the time that
     // took; 0 when resident). Throws ApiError(404) when the context is gone.
     std::shared_ptr<const KvStore> rows(const std::string & id, double * load_s);

@@ -69,6 +69,12 @@ void prepare(ServerState & s, Prepared & p, bool chat) {
         }
     } else {
         p.query = chat ? s.tok.chat(r.messages) : s.tok.encode(r.prompt, true, true);
+        // automatic reuse: the longest stored context whose tokens begin the prompt answers it,
+        // as if the request had named it (llama-server's prompt cache, LMCache's prefix match)
+        if (s.opts.prefix_reuse && (p.ctx = s.store->longest_prefix(p.query))) {
+            n_context = int64_t(p.ctx->tokens.size());
+            p.query.erase(p.query.begin(), p.query.begin() + n_context);
+        }
     }
     if (p.query.empty()) throw ApiError(400, "the prompt is empty", chat ? "messages" : "prompt");
     const int64_t n_ctx = s.model.hparams().n_ctx_train;

@@ -34,6 +34,7 @@ struct ServerOptions {
     std::string model_id;             // the id /v1/models lists
     EngineOptions engine;             // chunk size and attention kernel (threads set per slot)
     DecodePolicyOptions decode;       // compression while decoding, every generation (--decode-policy)
+    bool prefix_reuse = true;         // a prompt that begins with a stored context's tokens is answered from it
 };
 
 struct ServerState;  // src/server/state.h

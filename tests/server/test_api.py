@@ -663,5 +663,36 @@ class DecodingPolicy(unittest.TestCase):
         self.assertIn("threshold", str(e.exception))
 
 
+class AutomaticPrefixReuse(unittest.TestCase):
+    def test_a_prompt_that_begins_with_a_stored_context_is_answered_from_it(self):
+        text = haystack(3000)
+        whole = [{"role": "user", "content": text + "\n\nQuestion: " + QUESTION}]
+        with KvlabServer() as s:
+            st, ctx, _ = s.post("/v1/contexts", {"text": text, "method": "snapkv", "ratio": 0.5})
+            self.assertEqual(st, 201, ctx)
+            st, shorter, _ = s.post("/v1/contexts", {"text": text[: len(text) // 2], "method": "none"})
+            self.assertEqual(st, 201, shorter)
+            st, named, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}],
+                                                           "context": ctx["id"], "temperature": 0, "max_tokens": 16})
+            self.assertEqual(st, 200, named)
+            client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+            auto = client.chat.completions.create(model="kvlab", messages=whole, temperature=0, max_tokens=16)
+            # the longest stored prefix answers (the compressed context, not the shorter full one)
+            self.assertEqual(auto.model_extra["timings"]["context"], ctx["id"])
+            self.assertEqual(auto.usage.prompt_tokens_details.cached_tokens, ctx["tokens"])
+            self.assertEqual(auto.usage.prompt_tokens, named["usage"]["prompt_tokens"])
+            self.assertEqual(auto.choices[0].message.content, named["choices"][0]["message"]["content"])
+            # a prompt no context begins: a fresh prefill
+            st, plain, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hello."}],
+                                                           "temperature": 0, "max_tokens": 4})
+            self.assertEqual(plain["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        with KvlabServer(extra=["--no-prefix-reuse"]) as s:
+            s.post("/v1/contexts", {"text": text, "method": "snapkv", "ratio": 0.5})
+            st, fresh, _ = s.post("/v1/chat/completions", {"messages": whole, "temperature": 0, "max_tokens": 4})
+            self.assertEqual(st, 200, fresh)
+            self.assertEqual(fresh["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+            self.assertIsNone(fresh["timings"]["context"])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
