@@ -54,6 +54,10 @@ public:
     // The tokens that close a user turn and open the assistant's (with a chat template, what
     // it puts after a user message's content; without, "\n").
     std::vector<int32_t> user_turn_suffix() const;
+    // The chat text whose tokens are context_chat(before, context, ...).context: the template
+    // rendered up to the end of the context ("" without a chat template). A conversation whose
+    // rendered text begins with it splits there as context_chat splits it.
+    std::string context_text(const std::vector<ChatMessage> & before, const std::string & context) const;
 
     int32_t n_vocab() const;
     int32_t bos() const;

@@ -37,8 +37,8 @@ ApiError unknown_context(const std::string & id, const std::string & param) {
     return ApiError(404, "no context '" + id + "'", param, "context_not_found");
 }
 
-ContextStore::ContextStore(const Model & model, std::string dir, uint64_t kv_budget)
-    : model_(model), dir_(std::move(dir)), budget_(kv_budget) {
+ContextStore::ContextStore(const Model & model, const Tokenizer & tok, std::string dir, uint64_t kv_budget)
+    : model_(model), tok_(tok), dir_(std::move(dir)), budget_(kv_budget) {
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (!fs::is_directory(dir_)) throw Error("serve", "cannot use the store folder " + dir_);
@@ -75,6 +75,7 @@ ContextStore::ContextStore(const Model & model, std::string dir, uint64_t kv_bud
             info->tokens = content.tokens;
             info->object = content.context;
             info->before = context_before(content.context);
+            info->prompt_text = content.text.empty() ? "" : tok_.context_text(info->before, content.text);
             entry->info = info;
             entries_[id] = entry;
         } catch (const Error & err) {
@@ -111,6 +112,7 @@ nlohmann::json ContextStore::add(KvStore rows, const CacheFileContent & content,
     info->tokens = content.tokens;
     info->object = object;
     info->before = context_before(object);
+    info->prompt_text = content.text.empty() ? "" : tok_.context_text(info->before, content.text);
     auto entry = std::make_shared<Entry>();
     entry->info = info;
     entry->rows = std::make_shared<const KvStore>(std::move(rows));
@@ -135,6 +137,17 @@ std::shared_ptr<const ContextInfo> ContextStore::longest_prefix(const std::vecto
         const std::vector<int32_t> & t = e->info->tokens;
         if (t.empty() || t.size() >= tokens.size() || (best && t.size() <= best->tokens.size())) continue;
         if (std::equal(t.begin(), t.end(), tokens.begin())) best = e->info;
+    }
+    return best;
+}
+
+std::shared_ptr<const ContextInfo> ContextStore::longest_prefix(const std::string & chat_text) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<const ContextInfo> best;
+    for (const auto & [id, e] : entries_) {
+        const std::string & t = e->info->prompt_text;
+        if (t.empty() || t.size() >= chat_text.size() || (best && t.size() <= best->prompt_text.size())) continue;
+        if (chat_text.compare(0, t.size(), t) == 0) best = e->info;
     }
     return best;
 }

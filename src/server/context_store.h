@@ -27,6 +27,7 @@ struct ContextInfo {
     std::string text;                 // the context's text
     std::vector<ChatMessage> before;  // messages before it (a system message)
     std::vector<int32_t> tokens;      // its tokens: the rows' positions 0 .. n-1
+    std::string prompt_text;          // the chat text they encode (Tokenizer::context_text; "" without a template)
     nlohmann::json object;            // the API object (GET /v1/contexts/{id}) without "resident"
 };
 
@@ -34,7 +35,7 @@ class ContextStore {
 public:
     // Registers every cache file in dir made with this model (others are listed on stderr
     // and left alone); their rows are read on first use.
-    ContextStore(const Model & model, std::string dir, uint64_t kv_budget);
+    ContextStore(const Model & model, const Tokenizer & tok, std::string dir, uint64_t kv_budget);
 
     // Saves the context as dir/ID.kvc and keeps its rows resident. `object` is completed
     // with id, created and file bytes. Throws ApiError(400) when the rows alone exceed the
@@ -45,6 +46,10 @@ public:
     // The stored context with the most tokens that are a proper prefix of `tokens` (at least one
     // token left after it); ties go to the earliest id. nullptr when none is.
     std::shared_ptr<const ContextInfo> longest_prefix(const std::vector<int32_t> & tokens) const;
+    // The same by text: the context whose prompt_text is the longest proper prefix of a
+    // conversation's rendered chat text (tokens may split differently at the boundary: a context
+    // ending in newlines before "\n\nQuestion: ").
+    std::shared_ptr<const ContextInfo> longest_prefix(const std::string & chat_text) const;
     // The rows, read back from the file when they had been dropped (load_s: the time that
     // took; 0 when resident). Throws ApiError(404) when the context is gone.
     std::shared_ptr<const KvStore> rows(const std::string & id, double * load_s);
@@ -72,6 +77,7 @@ private:
     void drop_to_budget(const std::string & keep);  // under mu_
 
     const Model & model_;
+    const Tokenizer & tok_;
     std::string dir_;
     uint64_t budget_;
     mutable std::mutex mu_;

@@ -69,9 +69,16 @@ void prepare(ServerState & s, Prepared & p, bool chat) {
         }
     } else {
         p.query = chat ? s.tok.chat(r.messages) : s.tok.encode(r.prompt, true, true);
-        // automatic reuse: the longest stored context whose tokens begin the prompt answers it,
-        // as if the request had named it (llama-server's prompt cache, LMCache's prefix match)
-        if (s.opts.prefix_reuse && (p.ctx = s.store->longest_prefix(p.query))) {
+        // automatic reuse: the longest stored context that begins the prompt answers it, as if the
+        // request had named it (llama-server's prompt cache, LMCache's prefix match). A chat is
+        // matched by its rendered text and split there as a named context splits it (the tokens
+        // of "...text\n\n\n" + "\n\nQuestion: " differ from the context's at the boundary); a
+        // plain prompt by its tokens.
+        const std::string text = chat && s.opts.prefix_reuse ? s.tok.chat_text(r.messages) : "";
+        if (s.opts.prefix_reuse && chat && (p.ctx = s.store->longest_prefix(text))) {
+            p.query = s.tok.encode(text.substr(p.ctx->prompt_text.size()), false, true);
+            n_context = int64_t(p.ctx->tokens.size());
+        } else if (s.opts.prefix_reuse && (p.ctx = s.store->longest_prefix(p.query))) {
             n_context = int64_t(p.ctx->tokens.size());
             p.query.erase(p.query.begin(), p.query.begin() + n_context);
         }

@@ -107,7 +107,7 @@ Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
     EngineOptions eo = o.engine;
     eo.n_threads = std::max(1, o.threads / o.parallel);
     s.slots = std::make_unique<Slots>(model, o.parallel, o.queue, o.queue_timeout_s, eo);
-    s.store = std::make_unique<ContextStore>(model, o.store_dir, o.kv_budget);
+    s.store = std::make_unique<ContextStore>(model, tok, o.store_dir, o.kv_budget);
     s.decode_scorer = DecodePolicy(o.decode, model).scorer();  // the policy's options checked at start
 
     if (o.max_connections < 1 || o.max_per_client < 1 || o.read_timeout_s < 1)

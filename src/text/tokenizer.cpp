@@ -155,6 +155,16 @@ Tokenizer::SplitPrompt Tokenizer::context_chat(const std::vector<ChatMessage> & 
     return sp;
 }
 
+std::string Tokenizer::context_text(const std::vector<ChatMessage> & before, const std::string & context) const {
+    if (!has_chat_template()) return "";
+    std::vector<ChatMessage> all = before;
+    all.push_back({"user", context + "\n\nQuestion: "});
+    const std::string text = chat_text(all);
+    const size_t at = text.find(context + "\n\nQuestion: ");
+    if (at == std::string::npos) throw Error("text", "the chat template did not keep the context verbatim");
+    return text.substr(0, at + context.size());
+}
+
 std::vector<int32_t> Tokenizer::user_turn_suffix() const {
     if (!has_chat_template()) return encode("\n", false, false);
     const std::string marker = "kvlab-user-turn-marker";

@@ -682,6 +682,20 @@ class AutomaticPrefixReuse(unittest.TestCase):
             self.assertEqual(auto.usage.prompt_tokens_details.cached_tokens, ctx["tokens"])
             self.assertEqual(auto.usage.prompt_tokens, named["usage"]["prompt_tokens"])
             self.assertEqual(auto.choices[0].message.content, named["choices"][0]["message"]["content"])
+            # a context ending in newlines: "\n\n\n\n" + "\n\nQuestion: " tokenizes differently at the
+            # boundary than the context's own tokens; matched by the chat text, split as when named
+            nl = haystack(2000, "The secret code is 5519.") + "\n\n\n\n"
+            st, ctx2, _ = s.post("/v1/contexts", {"text": nl, "method": "none"})
+            self.assertEqual(st, 201, ctx2)
+            st, named2, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}],
+                                                            "context": ctx2["id"], "temperature": 0, "max_tokens": 16})
+            auto2 = client.chat.completions.create(
+                model="kvlab", messages=[{"role": "user", "content": nl + "\n\nQuestion: " + QUESTION}],
+                temperature=0, max_tokens=16)
+            self.assertEqual(auto2.model_extra["timings"]["context"], ctx2["id"])
+            self.assertEqual(auto2.usage.prompt_tokens_details.cached_tokens, ctx2["tokens"])
+            self.assertEqual(auto2.usage.prompt_tokens, named2["usage"]["prompt_tokens"])
+            self.assertEqual(auto2.choices[0].message.content, named2["choices"][0]["message"]["content"])
             # a prompt no context begins: a fresh prefill
             st, plain, _ = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hello."}],
                                                            "temperature": 0, "max_tokens": 4})
