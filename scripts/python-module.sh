@@ -8,6 +8,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 SKBUILD_VERSION=0.11.6
 venv="${KVLAB_CACHE:-$HOME/.cache/kvlab}/venv"
 py=/usr/bin/python3
+# Debian's python3-venv, -dev, numpy and pybind11 (and the pinned llama.cpp build) first
+prefix=$(bash "$root/scripts/deps.sh" | tail -n 1)
 if [ ! -x "$venv/bin/python" ]; then
   echo "[python] creating $venv" >&2
   "$py" -m venv --system-site-packages "$venv" >&2
@@ -18,7 +20,6 @@ if ! "$venv/bin/python" -c "import scikit_build_core, sys; sys.exit(scikit_build
   echo "[python] pip install scikit-build-core==$SKBUILD_VERSION" >&2
   "${pip[@]}" install --quiet "scikit-build-core==$SKBUILD_VERSION" >&2
 fi
-prefix=$(bash "$root/scripts/deps.sh" | tail -n 1)
 if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache; fi
 echo "[python] building and installing the kvlab module (build-python/)" >&2
 KVLAB_DEPS_PREFIX="$prefix" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \

@@ -71,6 +71,10 @@ struct PyCache {
     bool pristine = true;  // only prefills from position 0, nothing compressed or generated
 };
 
+// JSON to Python objects and back, through Python's json module (invalid UTF-8 replaced).
+pb::object json_to_python(const nlohmann::json & j);
+nlohmann::json json_from_python(const pb::object & o);
+
 // A float32 NumPy array that owns `v` (no copy).
 pb::array_t<float> to_numpy(std::vector<float> && v, std::vector<pb::ssize_t> shape);
 
@@ -86,7 +90,6 @@ void bind_eval(pb::module_ & m);
 // method; `options` the keyword arguments compress() got (per, n_sink, window, alpha).
 pb::object compress_with_scorer(PyCache & cache, const pb::object & scorer, const Budget & budget,
                                 const pb::kwargs & options);
-pb::object json_to_python(const nlohmann::json & j);
 // A plain prefill whose sliding-window layers (Gemma 3) freed the rows their windows no longer
 // see: a method, which scores every layer's rows, needs the context prefilled again with them held.
 bool slid(const PyCache & c);

@@ -7,10 +7,6 @@
 
 namespace kvlab::py {
 
-pb::object json_to_python(const nlohmann::json & j) {
-    return pb::module_::import("json").attr("loads")(j.dump());
-}
-
 bool slid(const PyCache & c) {
     return c.pristine && !c.context.empty() && !c.store->uniform();
 }
@@ -64,7 +60,6 @@ void bind_compress(pb::module_ & m) {
             const bool observes = press->has_scoring_passes() || press->observer(probe, 1) != nullptr;
             // (also a plain prefill whose sliding-window layers slid: a method scores every layer's rows)
             const bool reprefill = observes || slid(cache);
-            press = make_press(req.name, req.params, pm.model());
             if (observes && (!cache.pristine || cache.context.empty()))
                 throw Error("python", method +
                                           " scores from the prefill: compress a cache that holds only a plain "
@@ -83,6 +78,7 @@ void bind_compress(pb::module_ & m) {
                     st = p.stats;
                     *cache.store = std::move(p.cache);
                 } else {
+                    press = make_press(req.name, req.params, pm.model());  // a fresh one: the probe set it up
                     resolved = press->params();
                     st = kvlab::compress(*press, *cache.store, b, 0);
                 }

@@ -16,14 +16,6 @@ namespace {
 
 using ModelClass = pb::class_<PyModel, std::shared_ptr<PyModel>>;
 
-pb::object to_python(const nlohmann::json & j) {
-    return pb::module_::import("json").attr("loads")(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-}
-
-nlohmann::json from_python(const pb::object & o) {
-    return nlohmann::json::parse(pb::module_::import("json").attr("dumps")(o).cast<std::string>());
-}
-
 // KVLAB_DATA_DIR when set, else the essays installed with the package (kvlab/data/haystack)
 std::string data_dir() {
     const std::string & d = cli::environment().data_dir;
@@ -55,7 +47,7 @@ void bind_eval(pb::module_ & m) {
                     throw Error("python", path + ": " + e.what());
                 }
             } else {
-                j = from_python(experiment);
+                j = json_from_python(experiment);
             }
             const eval::RunConfig cfg = eval::RunConfig::from_json(j);
             std::function<void(const eval::Progress &)> on_progress;
@@ -71,7 +63,7 @@ void bind_eval(pb::module_ & m) {
                 out = eval::run(cfg, env, on_progress);
             }
             pb::list records;
-            for (const nlohmann::json & r : eval::read_records({out})) records.append(to_python(r));
+            for (const nlohmann::json & r : eval::read_records({out})) records.append(json_to_python(r));
             return records;
         },
         pb::arg("experiment"), pb::arg("progress") = pb::none(),
@@ -103,13 +95,13 @@ fidelity, bytes, timings). progress(done, total, what), when given, is called as
                 nlohmann::json q = nlohmann::json::array();
                 for (const eval::Question & x : s.questions)
                     q.push_back({{"question", x.question}, {"answers", x.answers}});
-                out.append(to_python({{"id", s.id},
-                                      {"task", s.task},
-                                      {"metric", s.metric},
-                                      {"context", s.context},
-                                      {"questions", q},
-                                      {"answer_tokens", s.answer_tokens},
-                                      {"meta", s.meta}}));
+                out.append(json_to_python({{"id", s.id},
+                                           {"task", s.task},
+                                           {"metric", s.metric},
+                                           {"context", s.context},
+                                           {"questions", q},
+                                           {"answer_tokens", s.answer_tokens},
+                                           {"meta", s.meta}}));
             }
             return out;
         },

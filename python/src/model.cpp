@@ -12,10 +12,6 @@ namespace kvlab::py {
 
 namespace {
 
-pb::object to_python(const nlohmann::json & j) {
-    return pb::module_::import("json").attr("loads")(j.dump());
-}
-
 // The seed's ModelInfo fields, filled from the GGUF (and kvlab's full provenance record).
 pb::dict model_info(const PyModel & pm, const std::string & asked) {
     const Model & m = pm.model();
@@ -45,7 +41,7 @@ pb::dict model_info(const PyModel & pm, const std::string & asked) {
                                                   pb::arg("factor") = 1.0 / double(hp.rope_freq_scale)));
     d["sliding_window"] = hp.n_swa > 0 ? pb::object(pb::int_(hp.n_swa)) : pb::object(pb::none());
     d["weight_dtype"] = dominant;
-    d["weight_quantization"] = to_python(gguf["tensor_type_counts"]);
+    d["weight_quantization"] = json_to_python(gguf["tensor_type_counts"]);
     d["tokenizer_hash"] = gguf["tokenizer_sha256"].get<std::string>();
     d["chat_template_hash"] = gguf["chat_template_sha256"].get<std::string>();
     d["config_hash"] = hparams_hash(m);
@@ -55,7 +51,7 @@ pb::dict model_info(const PyModel & pm, const std::string & asked) {
     d["ggml_version"] = prov["build"]["ggml_version"].get<std::string>();
     d["bos_token_id"] = pm.tok().bos();
     d["eos_token_ids"] = pm.tok().eog_ids();
-    d["provenance"] = to_python(prov);
+    d["provenance"] = json_to_python(prov);
     return d;
 }
 

@@ -9,6 +9,14 @@
 
 namespace kvlab::py {
 
+pb::object json_to_python(const nlohmann::json & j) {
+    return pb::module_::import("json").attr("loads")(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+nlohmann::json json_from_python(const pb::object & o) {
+    return nlohmann::json::parse(pb::module_::import("json").attr("dumps")(o).cast<std::string>());
+}
+
 pb::array_t<float> to_numpy(std::vector<float> && v, std::vector<pb::ssize_t> shape) {
     auto * owned = new std::vector<float>(std::move(v));
     pb::capsule free_it(owned, [](void * p) { delete static_cast<std::vector<float> *>(p); });

@@ -10,6 +10,7 @@
 #include "kvlab/sys.h"
 #include "press/method.h"
 #include "press/policy.h"
+#include "press/window_queries.h"
 
 namespace kvlab::py {
 
@@ -100,31 +101,15 @@ public:
     PythonScorer(ScorerSpec sp, const HParams & hp) : sp_(std::move(sp)), hp_(hp) {}
     const ScorerSpec & spec() const { return sp_; }
 
-    // The last `queries` context tokens' queries, as press/methods/snapkv.cpp's window scorer keeps them.
+    // The last `queries` context tokens' queries (press/window_queries.h, as SnapKV's scorer keeps them).
     const QueryObserver * observer(int64_t L, double * observe_s) {
-        if (sp_.queries == 0) return nullptr;
-        L_ = L;
-        w_eff_ = std::min<int64_t>(sp_.queries, L);
-        const size_t per_row = size_t(hp_.n_head) * hp_.head_dim;
-        q_.assign(hp_.n_layer, std::vector<float>(size_t(w_eff_) * per_row));
-        seen_ = 0;
-        obs_.first = L - w_eff_;
-        obs_.on_queries = [this, per_row, observe_s](int il, int64_t tok0, int64_t n, const float * q) {
-            const double t0 = now_seconds();
-            const int64_t r0 = tok0 - (L_ - w_eff_);  // window row of q's first row
-            for (int64_t r = 0; r < n; ++r)
-                if (r0 + r >= 0 && r0 + r < w_eff_)
-                    std::memcpy(q_[il].data() + (r0 + r) * per_row, q + r * per_row, per_row * sizeof(float));
-            if (il == 0) seen_ += n;
-            *observe_s += now_seconds() - t0;
-        };
-        return &obs_;
+        return sp_.queries == 0 ? nullptr : window_.observe(hp_, sp_.queries, L, observe_s);
     }
 
     // Called with the GIL released (inside compress()); takes it around each Python call only.
     press::Scores score(const KvStore & cache) {
         const int64_t L = cache.n_rows(0, 0);
-        if (sp_.queries > 0 && (q_.empty() || L != L_ || seen_ < w_eff_))
+        if (sp_.queries > 0 && !window_.complete(L))
             throw Error("python", sp_.name + ": the context's queries were not observed during its prefill");
         press::Scores s;
         s.L = L;
@@ -162,13 +147,13 @@ public:
 private:
     // [n_head, w, head_dim] of layer il (the observer keeps [w][n_head][head_dim]); GIL held.
     pb::object queries(int il) const {
-        const int64_t nh = hp_.n_head, d = hp_.head_dim;
-        std::vector<float> out(size_t(nh * w_eff_ * d));
-        for (int64_t r = 0; r < w_eff_; ++r)
+        const int64_t nh = hp_.n_head, d = hp_.head_dim, w = window_.rows();
+        std::vector<float> out(size_t(nh * w * d));
+        for (int64_t r = 0; r < w; ++r)
             for (int64_t h = 0; h < nh; ++h)
-                std::memcpy(out.data() + (h * w_eff_ + r) * d, q_[size_t(il)].data() + (r * nh + h) * d,
+                std::memcpy(out.data() + (h * w + r) * d, window_.layer(il) + (r * nh + h) * d,
                             size_t(d) * sizeof(float));
-        return to_numpy(std::move(out), {nh, w_eff_, d});
+        return to_numpy(std::move(out), {nh, w, d});
     }
 
     // The scorer's answer for layer il as [head][row] floats: [kv_heads, rows], or [rows] for every
@@ -200,9 +185,7 @@ private:
 
     ScorerSpec sp_;
     HParams hp_;
-    int64_t L_ = 0, w_eff_ = 0, seen_ = 0;
-    std::vector<std::vector<float>> q_;  // [layer][w][n_head][head_dim]
-    QueryObserver obs_;
+    press::WindowQueries window_;
 };
 
 // The selection of kvlab's policies (press/policy.h) for `per`.

@@ -1,12 +1,11 @@
 // SnapKV (docs/methods.md): observation-window attention scores, pooled, uniform budget per
 // layer, each KV head keeping its own rows. Also the window scorer of the SnapKV family.
-#include <cstring>
-
 #include "kernels/scoring.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "press/method.h"
 #include "press/policy.h"
+#include "press/window_queries.h"
 
 namespace kvlab::press {
 
@@ -27,40 +26,25 @@ public:
     }
 
     const QueryObserver * observer(KvStore &, int64_t L, double * observe_s) override {
-        L_ = L;
-        w_eff_ = std::min<int64_t>(w_, L);
-        const size_t per_row = size_t(hp_.n_head) * hp_.head_dim;
-        q_.assign(hp_.n_layer, std::vector<float>(size_t(w_eff_) * per_row));
-        seen_ = 0;
-        obs_.first = L - w_eff_;
-        obs_.on_queries = [this, per_row, observe_s](int il, int64_t tok0, int64_t n, const float * q) {
-            const double t0 = now_seconds();
-            const int64_t r0 = tok0 - (L_ - w_eff_);  // window row of q's first row
-            for (int64_t r = 0; r < n; ++r)
-                if (r0 + r >= 0 && r0 + r < w_eff_)
-                    std::memcpy(q_[il].data() + (r0 + r) * per_row, q + r * per_row, per_row * sizeof(float));
-            if (il == 0) seen_ += n;
-            *observe_s += now_seconds() - t0;
-        };
-        return &obs_;
+        return window_.observe(hp_, w_, L, observe_s);
     }
 
     Scores score(const KvStore & cache) override {
         const int64_t L = cache.n_rows(0, 0);
-        if (q_.empty() || L != L_ || seen_ < w_eff_)
+        if (!window_.complete(L))
             throw Error("press", "window scorer: the context's queries were not observed during prefill");
         Scores s;
         s.L = L;
-        s.window = w_eff_;
+        s.window = window_.rows();
         s.s.assign(hp_.n_layer, std::vector<std::vector<float>>(hp_.n_head_kv, std::vector<float>(size_t(L), 0.0f)));
         const int group = hp_.n_gqa(), d = hp_.head_dim;
         parallel_for(int64_t(hp_.n_layer) * hp_.n_head_kv, n_threads_, [&](int64_t u) {
             const int il = int(u / hp_.n_head_kv), h = int(u % hp_.n_head_kv);
             const std::vector<float> k = keys(cache, il, h);
-            const std::vector<float> sc =
-                kernels::pool1d(kernels::window_attention(q_[il].data() + size_t(h) * group * d,
-                                                          int64_t(hp_.n_head) * d, k.data(), L, int(w_eff_), group, d),
-                                kernel_, pool_);
+            const std::vector<float> sc = kernels::pool1d(
+                kernels::window_attention(window_.layer(il) + size_t(h) * group * d, int64_t(hp_.n_head) * d, k.data(),
+                                          L, int(window_.rows()), group, d),
+                kernel_, pool_);
             std::copy(sc.begin(), sc.end(), s.s[il][h].begin());
         });
         return s;
@@ -69,11 +53,10 @@ public:
 private:
     HParams hp_;
     int n_threads_;
-    int64_t w_ = 32, w_eff_ = 0, L_ = 0, seen_ = 0;
+    int64_t w_ = 32;
     int kernel_ = 7;
     kernels::Pool pool_ = kernels::Pool::max;
-    std::vector<std::vector<float>> q_;  // [layer][w][n_head][head_dim]
-    QueryObserver obs_;
+    WindowQueries window_;
 };
 
 }  // namespace
