@@ -22,8 +22,8 @@ log() { echo "[deps] $*" >&2; }
 # What kvlab needs to build and run; with --tests also what its test suite needs.
 pkgs=(build-essential cmake ninja-build ccache pkg-config git python3-pip
       nlohmann-json3-dev libcli11-dev libssl-dev libcpp-httplib-dev libeigen3-dev valgrind
-      python3-dev python3-venv python3-numpy pybind11-dev)
-[ "${1:-}" = "--tests" ] && pkgs+=(libgtest-dev libgmock-dev libtinyxml2-dev chromium chromium-driver python3-selenium python3-pytest parallel)
+      python3-dev python3-venv python3-numpy pybind11-dev libhiredis-dev)
+[ "${1:-}" = "--tests" ] && pkgs+=(libgtest-dev libgmock-dev libtinyxml2-dev chromium chromium-driver python3-selenium python3-pytest parallel redis-server)
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang libclang-rt-dev libomp-dev)  # scripts/fuzz.sh
 need_apt=()
 for pkg in "${pkgs[@]}"; do

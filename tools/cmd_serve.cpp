@@ -69,7 +69,7 @@ int run_serve(ServeArgs & a) {
     a.o.engine = a.engine.options();
     a.o.decode = a.decode.options();
     a.o.model_id = std::filesystem::path(l.path).stem().string();
-    if (a.o.store_dir.empty()) a.o.store_dir = environment().cache_dir + "/contexts";
+    if (a.o.store.empty()) a.o.store = environment().cache_dir + "/contexts";
     server::Server srv(*l.model, *l.tok, a.o);
     const int port = srv.bind();
     std::thread stopper([&srv, sigs] {
@@ -82,7 +82,7 @@ int run_serve(ServeArgs & a) {
                  "[serve] model %s | %d slot(s) x %d thread(s) | KV budget %s | store %s\n"
                  "[serve] listening on http://%s:%d%s\n",
                  a.o.model_id.c_str(), a.o.parallel, std::max(1, a.o.threads / a.o.parallel),
-                 human_bytes(a.o.kv_budget).c_str(), a.o.store_dir.c_str(), a.o.host.c_str(), port,
+                 human_bytes(a.o.kv_budget).c_str(), srv.store_description().c_str(), a.o.host.c_str(), port,
                  a.o.api_key.empty() ? "" : " (API key required)");
     std::fflush(stderr);
     srv.listen();
@@ -112,10 +112,12 @@ const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
         ->capture_default_str();
     cmd->add_option("--kv-budget", a->kv_budget,
                     "resident bytes of the stored contexts' KV rows; least recently used ones are dropped from "
-                    "memory and reloaded from their files")
+                    "memory and reloaded from the store")
         ->capture_default_str();
-    cmd->add_option("--store", a->o.store_dir,
-                    "folder of the stored contexts' cache files (default ~/.cache/kvlab/contexts)");
+    cmd->add_option("--store", a->o.store,
+                    "where stored contexts live: a folder of cache files (default ~/.cache/kvlab/contexts), or "
+                    "redis://[:PASSWORD@]HOST[:PORT][/DB], a Redis or Valkey server that replicas share "
+                    "(docs/server.md, \"Replicas\")");
     cmd->add_option("--max-body", a->o.max_body, "largest request body in bytes; larger get 413")
         ->capture_default_str();
     cmd->add_option("--timeout", a->o.io_timeout_s, "socket write timeout in seconds (a client that stops reading)")

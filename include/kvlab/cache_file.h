@@ -71,6 +71,12 @@ struct LoadedCacheFile {
 // more rows per segment.
 LoadedCacheFile load_cache_file(const std::string & path, const Model & model, int64_t reserve);
 
+// The same format in memory (a shared store's entries): the bytes save_cache_file would write,
+// and their reading, checked as a file's is (`name` labels the errors in place of a path).
+std::string encode_cache_file(const Model & model, const KvStore & cache, const CacheFileContent & content);
+LoadedCacheFile decode_cache_file(const std::string & name, const uint8_t * data, size_t size, const Model & model,
+                                  int64_t reserve);
+
 // The META section alone (header and META checksums verified; rows not read): for listing.
 // With `content`, also the context's text and tokens (TEXT and TOKN, checked) into it.
 nlohmann::json read_cache_file_meta(const std::string & path, CacheFileContent * content = nullptr);

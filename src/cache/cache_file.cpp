@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "kvlab/error.h"
@@ -251,12 +252,14 @@ SegmentPositions parse_segments(const std::string & path, const std::string & id
     return positions;
 }
 
-}  // namespace
-
-uint64_t save_cache_file(const std::string & path, const Model & model, const KvStore & cache,
-                         const CacheFileContent & content) {
+// Lays the file out through write(offset, data, n) (positions may come in any order; every byte
+// up to the returned size is written once). `name` only labels errors.
+uint64_t write_cache_bytes(const std::string & name, const Model & model, const KvStore & cache,
+                           const CacheFileContent & content,
+                           const std::function<void(uint64_t, const void *, size_t)> & write) {
     namespace fs = std::filesystem;
     const HParams & hp = model.hparams();
+    const std::string & path = name;
     if (int64_t(content.tokens.size()) != cache.next_pos())
         throw file_error(path, "the store holds " + std::to_string(cache.next_pos()) + " positions but " +
                                    std::to_string(content.tokens.size()) + " context tokens were given");
@@ -285,25 +288,12 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
         -1, ' ', false, nlohmann::json::error_handler_t::replace);  // text that is not UTF-8 is replaced, never fatal
     const std::vector<uint8_t> segs = segments_bytes(cache, false);
 
-    static std::atomic<uint64_t> counter{0};
-    const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-    if (fd.fd < 0) throw file_error(path, "cannot create " + tmp + ": " + std::strerror(errno));
-    bool done = false;
-    struct Cleanup {
-        const std::string & tmp;
-        const bool & done;
-        ~Cleanup() {
-            if (!done) ::unlink(tmp.c_str());
-        }
-    } cleanup{tmp, done};
-
     const size_t n_sec = k_sections.size() + (mixed ? 3 : 1);
     const uint64_t header = k_fixed + n_sec * k_entry + k_sha;
     std::vector<Section> table;
     uint64_t at = align_up(header);
     const auto write_section = [&](const std::string & id, const void * data, size_t n) {
-        write_all(fd.fd, data, n, at, path);
+        write(at, data, n);
         table.push_back({id, at, n, sha256_hex(data, n)});
         at = align_up(at + n);
     };
@@ -323,7 +313,7 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
                                     : size_t(cache.n_rows(il, h)) *
                                           (value ? cache.v_row_bytes() : cache.k_row_bytes()));
                     cache.read_rows(il, h, value, rows.data(), low);
-                    write_all(fd.fd, rows.data(), rows.size(), at, path);
+                    write(at, rows.data(), rows.size());
                     sha.update(rows.data(), rows.size());
                     at += rows.size();
                 }
@@ -350,8 +340,31 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
     const std::string hsha = sha256_hex(head.data(), head.size());
     head.resize(head.size() + k_sha);
     bytes_of_hex(hsha, head.data() + head.size() - k_sha);
-    write_all(fd.fd, head.data(), head.size(), 0, path);
+    write(0, head.data(), head.size());
 
+    return at;
+}
+
+}  // namespace
+
+uint64_t save_cache_file(const std::string & path, const Model & model, const KvStore & cache,
+                         const CacheFileContent & content) {
+    namespace fs = std::filesystem;
+    static std::atomic<uint64_t> counter{0};
+    const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.fd < 0) throw file_error(path, "cannot create " + tmp + ": " + std::strerror(errno));
+    bool done = false;
+    struct Cleanup {
+        const std::string & tmp;
+        const bool & done;
+        ~Cleanup() {
+            if (!done) ::unlink(tmp.c_str());
+        }
+    } cleanup{tmp, done};
+    const uint64_t size = write_cache_bytes(path, model, cache, content, [&](uint64_t at, const void * data, size_t n) {
+        write_all(fd.fd, data, n, at, path);
+    });
     if (::fsync(fd.fd) != 0) throw file_error(path, std::string("fsync failed: ") + std::strerror(errno));
     if (::close(fd.fd) != 0) {
         fd.fd = -1;
@@ -364,12 +377,22 @@ uint64_t save_cache_file(const std::string & path, const Model & model, const Kv
     const fs::path dir = fs::absolute(path).parent_path();
     Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (dfd.fd >= 0) ::fsync(dfd.fd);  // the rename itself made durable (best effort)
-    return at;
+    return size;
+}
+
+std::string encode_cache_file(const Model & model, const KvStore & cache, const CacheFileContent & content) {
+    std::string out;
+    const uint64_t size = write_cache_bytes("(in memory)", model, cache, content,
+                                            [&out](uint64_t at, const void * data, size_t n) {
+                                                if (out.size() < at + n) out.resize(size_t(at + n));
+                                                std::memcpy(out.data() + at, data, n);
+                                            });
+    out.resize(size_t(size));  // the padding after the last section
+    return out;
 }
 
 LoadedCacheFile load_cache_file(const std::string & path, const Model & model, int64_t reserve) {
-    const HParams & hp = model.hparams();
-    double t0 = now_seconds();
+    const double t0 = now_seconds();
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.fd < 0) throw file_error(path, std::string("cannot open: ") + std::strerror(errno));
     struct stat st {};
@@ -378,14 +401,20 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
     require_memory(size, "reading the cache file " + path);
     std::vector<uint8_t> buf(size);
     read_all(fd.fd, buf.data(), buf.size(), 0, path);
-    const double read_s = now_seconds() - t0;
+    LoadedCacheFile f = decode_cache_file(path, buf.data(), buf.size(), model, reserve);
+    f.read_s = now_seconds() - t0 - f.verify_s - f.build_s;
+    return f;
+}
 
-    t0 = now_seconds();
+LoadedCacheFile decode_cache_file(const std::string & path, const uint8_t * buf_data, size_t size,
+                                  const Model & model, int64_t reserve) {
+    const HParams & hp = model.hparams();
+    double t0 = now_seconds();
     size_t need = 0;
     uint32_t version = 0;
-    const auto secs = parse_header(path, buf.data(), buf.size(), size, &need, &version);
-    for (const auto & [id, s] : secs) check_section(path, s, buf.data() + s.offset);
-    const auto data = [&](const char * id) { return buf.data() + secs.at(id).offset; };
+    const auto secs = parse_header(path, buf_data, size, size, &need, &version);
+    for (const auto & [id, s] : secs) check_section(path, s, buf_data + s.offset);
+    const auto data = [&](const char * id) { return buf_data + secs.at(id).offset; };
     const auto bytes = [&](const char * id) { return secs.at(id).size; };
     nlohmann::json meta = parse_meta(path, data("META"), bytes("META"));
     const nlohmann::json & m = meta["model"];
@@ -452,7 +481,7 @@ LoadedCacheFile load_cache_file(const std::string & path, const Model & model, i
                 }
     }
     const double build_s = now_seconds() - t0;
-    return LoadedCacheFile{std::move(cache), std::move(content), std::move(meta), size, read_s, verify_s, build_s};
+    return LoadedCacheFile{std::move(cache), std::move(content), std::move(meta), size, 0.0, verify_s, build_s};
 }
 
 nlohmann::json read_cache_file_meta(const std::string & path, CacheFileContent * content) {

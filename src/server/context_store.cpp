@@ -3,25 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
-#include <filesystem>
-#include <random>
 
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
 #include "server/api_error.h"
 
 namespace kvlab::server {
-
-namespace fs = std::filesystem;
-
-std::string new_context_id() {
-    static std::mutex mu;
-    static std::mt19937_64 rng{std::random_device{}()};
-    std::lock_guard<std::mutex> lock(mu);
-    char b[32];
-    std::snprintf(b, sizeof(b), "ctx-%016llx", static_cast<unsigned long long>(rng()));
-    return b;
-}
 
 bool valid_context_id(const std::string & s) {
     if (s.empty() || s.size() > 64) return false;
@@ -37,51 +24,70 @@ ApiError unknown_context(const std::string & id, const std::string & param) {
     return ApiError(404, "no context '" + id + "'", param, "context_not_found");
 }
 
-ContextStore::ContextStore(const Model & model, const Tokenizer & tok, std::string dir, uint64_t kv_budget)
-    : model_(model), tok_(tok), dir_(std::move(dir)), budget_(kv_budget) {
-    std::error_code ec;
-    fs::create_directories(dir_, ec);
-    if (!fs::is_directory(dir_)) throw Error("serve", "cannot use the store folder " + dir_);
-    const std::string sha = model.file_sha256();
-    for (const auto & e : fs::directory_iterator(dir_)) {
-        const std::string name = e.path().filename().string();
-        if (name.find(".kvc.tmp-") != std::string::npos) {  // a writer that died: never a context
-            fs::remove(e.path(), ec);
-            continue;
+ContextStore::ContextStore(const Model & model, const Tokenizer & tok, std::unique_ptr<ContextBackend> backend,
+                           uint64_t kv_budget)
+    : model_(model), tok_(tok), backend_(std::move(backend)), budget_(kv_budget) {
+    generation_ = backend_->generation();
+    for (StoredEntry & e : backend_->scan()) {
+        const std::string id = e.id;
+        entries_[id] = entry_of(std::move(e));
+    }
+}
+
+std::shared_ptr<ContextStore::Entry> ContextStore::entry_of(StoredEntry e) const {
+    auto info = std::make_shared<ContextInfo>();
+    info->id = e.id;
+    info->text = std::move(e.content.text);
+    info->tokens = std::move(e.content.tokens);
+    info->object = std::move(e.content.context);
+    if (e.bytes > 0) info->object["file_bytes"] = e.bytes;  // the stored copy lacks only this
+    info->before = context_before(info->object);
+    info->prompt_text = info->text.empty() ? "" : tok_.context_text(info->before, info->text);
+    auto entry = std::make_shared<Entry>();
+    entry->info = info;
+    return entry;
+}
+
+void ContextStore::sync() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (now_seconds() < next_retry_s_) return;
+    }
+    uint64_t g = 0, adds_before = 0;
+    std::vector<StoredEntry> all;
+    try {
+        g = backend_->generation();
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (g == generation_) return;
+            adds_before = adds_;
         }
-        if (e.path().extension() != ".kvc") continue;
-        const std::string id = e.path().stem().string();
-        try {
-            CacheFileContent content;
-            const nlohmann::json meta = read_cache_file_meta(e.path().string(), &content);
-            if (meta["model"].value("sha256", "") != sha) {
-                std::fprintf(stderr, "[serve] %s: made with another model (%s); not served\n", name.c_str(),
-                             meta["model"].value("file", "?").c_str());
-                continue;
-            }
-            if (!valid_context_id(id)) continue;
-            // a context is its file's name; a copied or renamed file holds another id
-            const std::string inside = content.context.value("id", "");
-            if (inside != id) {
-                std::fprintf(stderr, "[serve] %s: holds context '%s' (a copied or renamed file); not served\n",
-                             name.c_str(), inside.c_str());
-                continue;
-            }
-            auto entry = std::make_shared<Entry>();
-            auto info = std::make_shared<ContextInfo>();
-            info->id = id;
-            info->path = e.path().string();
-            info->text = content.text;
-            info->tokens = content.tokens;
-            info->object = content.context;
-            info->before = context_before(content.context);
-            info->prompt_text = content.text.empty() ? "" : tok_.context_text(info->before, content.text);
-            entry->info = info;
-            entries_[id] = entry;
-        } catch (const Error & err) {
-            std::fprintf(stderr, "[serve] skipping %s\n", err.what());
+        all = backend_->scan();
+    } catch (const ApiError &) {  // the store is down: the index we have, tried again in a second
+        std::lock_guard<std::mutex> lock(mu_);
+        next_retry_s_ = now_seconds() + 1.0;
+        return;
+    }
+    std::map<std::string, std::shared_ptr<Entry>> fresh;
+    for (StoredEntry & e : all) {
+        const std::string id = e.id;
+        fresh[id] = entry_of(std::move(e));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    next_retry_s_ = 0.0;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        const auto f = fresh.find(it->first);
+        if (f != fresh.end()) {
+            fresh.erase(f);  // known here already (with its rows, when resident)
+            ++it;
+        } else if (it->second->added > adds_before) {
+            ++it;  // added here after the scan began
+        } else {
+            it = entries_.erase(it);  // removed by another replica, or evicted
         }
     }
+    for (auto & [id, e] : fresh) entries_[id] = e;
+    generation_ = g;
 }
 
 nlohmann::json ContextStore::object_of(const Entry & e) const {
@@ -90,47 +96,66 @@ nlohmann::json ContextStore::object_of(const Entry & e) const {
     return j;
 }
 
-nlohmann::json ContextStore::add(KvStore rows, const CacheFileContent & content, nlohmann::json object) {
+nlohmann::json ContextStore::add(const std::string & id, KvStore rows, const CacheFileContent & content,
+                                 nlohmann::json object) {
     const uint64_t bytes = rows.bytes();
     if (bytes > budget_)
         throw ApiError(400,
                        "the context's KV rows take " + std::to_string(bytes) + " bytes, more than the server's " +
                            "--kv-budget of " + std::to_string(budget_) + " bytes (compress it more)",
                        "ratio", "kv_budget_exceeded");
-    const std::string id = new_context_id();
-    const std::string path = dir_ + "/" + id + ".kvc";
     object["id"] = id;
     object["object"] = "context";
     object["created"] = int64_t(std::time(nullptr));
     CacheFileContent c = content;
     c.context = object;
-    object["file_bytes"] = save_cache_file(path, model_, rows, c);  // the file's own copy lacks only this
-    auto info = std::make_shared<ContextInfo>();
-    info->id = id;
-    info->path = path;
-    info->text = content.text;
-    info->tokens = content.tokens;
-    info->object = object;
-    info->before = context_before(object);
-    info->prompt_text = content.text.empty() ? "" : tok_.context_text(info->before, content.text);
-    auto entry = std::make_shared<Entry>();
-    entry->info = info;
+    object["file_bytes"] = backend_->put(id, rows, c);  // the stored copy lacks only this
+    StoredEntry stored{id, CacheFileContent{content.text, content.tokens, object}, 0};
+    std::shared_ptr<Entry> entry = entry_of(std::move(stored));
     entry->rows = std::make_shared<const KvStore>(std::move(rows));
     entry->bytes = bytes;
     std::lock_guard<std::mutex> lock(mu_);
     entry->last_used = ++clock_;
+    entry->added = ++adds_;
     entries_[id] = entry;
     drop_to_budget(id);
     return object_of(*entry);
 }
 
-std::shared_ptr<const ContextInfo> ContextStore::info(const std::string & id) const {
+ContextStore::Making ContextStore::making(const std::string & id) {
+    Making m;
+    m.local = std::unique_lock<std::mutex>(making_[std::hash<std::string>{}(id) % making_.size()]);
+    m.shared = backend_->lock(id);
+    return m;
+}
+
+nlohmann::json ContextStore::existing(const std::string & id) {
+    nlohmann::json j = describe(id);
+    if (j.is_null()) {  // made by another replica since the last sync?
+        if (std::optional<StoredEntry> e = backend_->find(id)) {
+            std::shared_ptr<Entry> entry = entry_of(std::move(*e));
+            std::lock_guard<std::mutex> lock(mu_);
+            const auto it = entries_.emplace(id, entry).first;
+            j = object_of(*it->second);
+        }
+    }
+    return j;
+}
+
+void ContextStore::count_making(bool reused) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(reused ? make_hits_ : make_misses_);
+}
+
+std::shared_ptr<const ContextInfo> ContextStore::info(const std::string & id) {
+    sync();  // made, or deleted, by another replica?
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = entries_.find(id);
     return it == entries_.end() ? nullptr : it->second->info;
 }
 
-std::shared_ptr<const ContextInfo> ContextStore::longest_prefix(const std::vector<int32_t> & tokens) const {
+std::shared_ptr<const ContextInfo> ContextStore::longest_prefix(const std::vector<int32_t> & tokens) {
+    sync();
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<const ContextInfo> best;
     for (const auto & [id, e] : entries_) {
@@ -141,7 +166,8 @@ std::shared_ptr<const ContextInfo> ContextStore::longest_prefix(const std::vecto
     return best;
 }
 
-std::shared_ptr<const ContextInfo> ContextStore::longest_prefix(const std::string & chat_text) const {
+std::shared_ptr<const ContextInfo> ContextStore::longest_prefix(const std::string & chat_text) {
+    sync();
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<const ContextInfo> best;
     for (const auto & [id, e] : entries_) {
@@ -171,11 +197,14 @@ std::shared_ptr<const KvStore> ContextStore::rows(const std::string & id, double
     const double t0 = now_seconds();
     LoadedCacheFile f = [&] {
         try {
-            return load_cache_file(e->info->path, model_, 0);
-        } catch (const Error & err) {  // the server's fault, not the client's: logged with the path, not sent
-            std::fprintf(stderr, "[serve] context %s: %s\n", id.c_str(), err.what());
-            throw ApiError(500, "the stored context '" + id + "' could not be read (the server's log says why)",
-                           "context", "context_unreadable");
+            return backend_->get(id);
+        } catch (const ApiError & err) {
+            if (err.status == 404) {  // evicted or deleted elsewhere: no longer a context here either
+                std::lock_guard<std::mutex> lock(mu_);
+                const auto it = entries_.find(id);
+                if (it != entries_.end() && it->second == e) entries_.erase(it);
+            }
+            throw;
         }
     }();
     auto rows = std::make_shared<const KvStore>(std::move(f.cache));
@@ -205,13 +234,15 @@ void ContextStore::drop_to_budget(const std::string & keep) {
     }
 }
 
-nlohmann::json ContextStore::describe(const std::string & id) const {
+nlohmann::json ContextStore::describe(const std::string & id) {
+    if (!info(id)) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = entries_.find(id);
     return it == entries_.end() ? nlohmann::json() : object_of(*it->second);
 }
 
-nlohmann::json ContextStore::list() const {
+nlohmann::json ContextStore::list() {
+    sync();
     std::lock_guard<std::mutex> lock(mu_);
     nlohmann::json data = nlohmann::json::array();
     for (const auto & [id, e] : entries_) data.push_back(object_of(*e));
@@ -219,16 +250,18 @@ nlohmann::json ContextStore::list() const {
 }
 
 bool ContextStore::remove(const std::string & id) {
+    if (!info(id)) return false;  // (made by another replica: known after a sync)
     std::shared_ptr<Entry> e;
     {
         std::lock_guard<std::mutex> lock(mu_);
         const auto it = entries_.find(id);
         if (it == entries_.end()) return false;
         e = it->second;
-        entries_.erase(it);
     }
-    std::error_code ec;
-    fs::remove(e->info->path, ec);
+    backend_->remove(id);  // first: a store that cannot be reached keeps the context here too
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = entries_.find(id);
+    if (it != entries_.end() && it->second == e) entries_.erase(it);
     return true;
 }
 
@@ -259,6 +292,14 @@ uint64_t ContextStore::n_reloads() const {
 uint64_t ContextStore::n_drops() const {
     std::lock_guard<std::mutex> lock(mu_);
     return drops_;
+}
+
+BackendCounts ContextStore::store_counts() const {
+    BackendCounts c = backend_->counts();
+    std::lock_guard<std::mutex> lock(mu_);
+    c.hits += make_hits_;
+    c.misses += make_misses_;
+    return c;
 }
 
 }  // namespace kvlab::server

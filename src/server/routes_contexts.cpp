@@ -3,6 +3,7 @@
 #include "kvlab/compress_flow.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
+#include "server/context_key.h"
 #include "server/context_request.h"
 #include "server/openai.h"
 #include "server/routes.h"
@@ -25,6 +26,19 @@ void create_context(ServerState & s, const nlohmann::json & body, httplib::Respo
     if (r.method != "none") job.params = apply_preset(r.preset, r.method, r.params);
     if (r.has_budget) job.budget = r.budget;
     job.cache_types = r.cache_types;
+    // the same content is the same context: made once, by one replica, then reused
+    const std::string id = context_key(s.model.file_sha256(), job, r.cache_types.value_or(s.opts.engine.cache_types));
+    const auto reuse = [&](nlohmann::json existing) {
+        s.store->count_making(true);
+        existing["reused"] = true;
+        send_json(res, 200, existing);
+    };
+    nlohmann::json existing = s.store->existing(id);
+    if (!existing.is_null()) return reuse(std::move(existing));
+    const ContextStore::Making making = s.store->making(id);
+    existing = s.store->existing(id);  // made while this request waited for the maker?
+    if (!existing.is_null()) return reuse(std::move(existing));
+    s.store->count_making(false);
     const auto lease = s.slots->acquire();  // tokenizing is work a slot bounds too
     try {
         job.tokens = context_tokens(s.tok, s.model, job);
@@ -35,8 +49,10 @@ void create_context(ServerState & s, const nlohmann::json & body, httplib::Respo
     nlohmann::json object = {{"name", r.name}, {"model", s.opts.model_id}};
     object.update(m.info);
     const double t0 = now_seconds();
-    nlohmann::json out = s.store->add(std::move(m.prepared.cache), CacheFileContent{r.text, m.tokens, object}, object);
+    nlohmann::json out =
+        s.store->add(id, std::move(m.prepared.cache), CacheFileContent{r.text, m.tokens, object}, object);
     out["timings"]["save_s"] = now_seconds() - t0;
+    out["reused"] = false;
     send_json(res, 201, out);
 }
 

@@ -1,4 +1,5 @@
-// GET /health: the server is up, and how many slots are idle and busy (llama-server's shape).
+// GET /health: the server is up, how many slots are idle and busy (llama-server's shape), and
+// whether its context store answers.
 #include "server/routes.h"
 #include "server/state.h"
 
@@ -11,7 +12,8 @@ const RouteRegistrar reg({{"GET", "/health"}}, [](ServerState & s) {
         send_json(res, 200,
                   {{"status", "ok"},
                    {"slots_idle", s.slots->size() - s.slots->busy()},
-                   {"slots_processing", s.slots->busy()}});
+                   {"slots_processing", s.slots->busy()},
+                   {"store", {{"kind", s.store->backend().describe()}, {"up", s.store->backend().healthy()}}}});
     });
 });
 

@@ -11,17 +11,31 @@ namespace {
 const RouteRegistrar reg({{"GET", "/metrics"}}, [](ServerState & s) {
     s.http.Get("/metrics", [&s](const httplib::Request &, httplib::Response & res) {
         const MemInfo mi = mem_info();
+        const BackendCounts st = s.store->store_counts();
         res.set_content(
             s.metrics.render({
                 {"kvlab_kv_resident_bytes", "Bytes of stored contexts' KV rows resident in memory.",
                  double(s.store->resident_bytes())},
                 {"kvlab_kv_budget_bytes", "The --kv-budget the resident rows stay under.", double(s.store->budget())},
-                {"kvlab_contexts", "Stored contexts (on disk).", double(s.store->size())},
+                {"kvlab_contexts", "Stored contexts (in the store: a folder or a shared Redis).",
+                 double(s.store->size())},
                 {"kvlab_contexts_resident", "Stored contexts whose rows are in memory.", double(s.store->n_resident())},
-                {"kvlab_context_reloads_total", "Contexts read back from their files after a drop.",
+                {"kvlab_context_reloads_total", "Contexts read back from the store after a drop.",
                  double(s.store->n_reloads())},
                 {"kvlab_context_drops_total", "Contexts dropped from memory to stay under the budget.",
                  double(s.store->n_drops())},
+                {"kvlab_store_hits_total",
+                 "Store entries read: rows loaded, or a context asked for again (or made by another replica) reused.",
+                 double(st.hits)},
+                {"kvlab_store_misses_total",
+                 "Store entries looked for and absent: contexts made here, rows evicted or deleted elsewhere.",
+                 double(st.misses)},
+                {"kvlab_store_writes_total", "Store entries written.", double(st.writes)},
+                {"kvlab_store_errors_total", "Store operations that failed: unreachable store, unreadable entries.",
+                 double(st.errors)},
+                {"kvlab_store_read_bytes_total", "Bytes read from the store.", double(st.bytes_read)},
+                {"kvlab_store_written_bytes_total", "Bytes written to the store.", double(st.bytes_written)},
+                {"kvlab_store_up", "1 when the store answered its last operation.", s.store->backend().healthy() ? 1.0 : 0.0},
                 {"kvlab_slots", "Engines computing requests in parallel.", double(s.slots->size())},
                 {"kvlab_slots_busy", "Slots working now.", double(s.slots->busy())},
                 {"kvlab_queue_waiting", "Requests waiting for a slot.", double(s.slots->waiting())},

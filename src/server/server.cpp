@@ -98,6 +98,10 @@ ServerState::ServerState(const Model & m, const Tokenizer & t, ServerOptions o) 
     max_prompt_bytes = 2 * longest * size_t(model.hparams().n_ctx_train);
 }
 
+std::string Server::store_description() const {
+    return s_->store->backend().describe();
+}
+
 Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
     : s_(std::make_unique<ServerState>(model, tok, std::move(opts))) {
     ServerState & s = *s_;
@@ -107,7 +111,11 @@ Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
     EngineOptions eo = o.engine;
     eo.n_threads = std::max(1, o.threads / o.parallel);
     s.slots = std::make_unique<Slots>(model, o.parallel, o.queue, o.queue_timeout_s, eo);
-    s.store = std::make_unique<ContextStore>(model, tok, o.store_dir, o.kv_budget);
+    try {
+        s.store = std::make_unique<ContextStore>(model, tok, open_context_backend(o.store, model), o.kv_budget);
+    } catch (const ApiError & e) {  // the shared store went away while it was read
+        throw Error("serve", e.what());
+    }
     s.decode_scorer = DecodePolicy(o.decode, model).scorer();  // the policy's options checked at start
 
     if (o.max_connections < 1 || o.max_per_client < 1 || o.read_timeout_s < 1)

@@ -25,7 +25,7 @@ struct ServerOptions {
     double queue_timeout_s = 120.0;   // the longest wait for a slot
     int threads = 1;                  // CPU threads in all, shared out among the slots
     uint64_t kv_budget = 1ull << 30;  // resident bytes of stored contexts' rows
-    std::string store_dir;            // cache files of the stored contexts
+    std::string store;                // the stored contexts: a folder, or redis://HOST:PORT[/DB] shared by replicas
     size_t max_body = 16u << 20;      // request body limit, bytes
     int io_timeout_s = 600;           // socket write timeout (a client that does not read)
     int read_timeout_s = 10;          // socket read timeout: a client that stops sending
@@ -48,6 +48,8 @@ public:
     // Serves until stop(); returns when the listener has closed.
     void listen();
     void stop();
+    // "folder PATH" or "redis://HOST:PORT/DB" (no password)
+    std::string store_description() const;
 
 private:
     std::unique_ptr<ServerState> s_;
