@@ -129,7 +129,9 @@ def wait_health(url):
 
 
 def load(url, prompts, clients, seconds, pid):
-    """K clients cycling through prompts for `seconds`; RSS sampled twice a second."""
+    """K clients cycling through prompts for `seconds`; RSS sampled twice a second. url and pid
+    may be lists (replicas): client k asks url[k % n]; the RSS figures are then lists, one per pid."""
+    urls, pids = (url, pid) if isinstance(url, list) else ([url], [pid])
     ttfts, errors, done, samples = [], [], [0], []
     stop = time.time() + seconds
     lock = threading.Lock()
@@ -140,7 +142,7 @@ def load(url, prompts, clients, seconds, pid):
             messages, extra = prompts[i % len(prompts)]
             i += clients
             try:
-                t, _, _ = ask(url, messages, extra)
+                t, _, _ = ask(urls[k % len(urls)], messages, extra)
                 with lock:
                     ttfts.append(t)
                     done[0] += 1
@@ -153,15 +155,17 @@ def load(url, prompts, clients, seconds, pid):
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
-        samples.append((round(time.time() - t0, 2), rss(pid)))
+        samples.append((round(time.time() - t0, 2), [rss(p) for p in pids]))
         time.sleep(0.5)
     for t in threads:
         t.join()
     elapsed = time.time() - t0
+    one = (lambda v: v) if isinstance(url, list) else (lambda v: v[0])  # noqa: E731
     return {"requests": done[0], "errors": len(errors), "error_samples": errors[:5],
             "requests_per_s": done[0] / elapsed, "ttft_p50_s": pct(ttfts, 50), "ttft_p99_s": pct(ttfts, 99),
-            "rss_start_bytes": samples[0][1] if samples else 0, "rss_max_bytes": max(s[1] for s in samples),
-            "rss_end_bytes": samples[-1][1] if samples else 0, "rss_samples": samples}
+            "rss_start_bytes": one(samples[0][1]), "rss_max_bytes": one([max(s[1][i] for s in samples)
+                                                                         for i in range(len(pids))]),
+            "rss_end_bytes": one(samples[-1][1]), "rss_samples": [(t, one(v)) for t, v in samples]}
 
 
 def main():
