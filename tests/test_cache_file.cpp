@@ -155,6 +155,50 @@ TEST_F(CacheFile, ReloadedCachesAreBitIdentical) {
     fs::remove_all(dir);
 }
 
+// A shared store's entries (kvlab serve --store redis://): the same format in memory, the same
+// rows back, and the same checks by the entry's name.
+TEST_F(CacheFile, InMemoryBytesAreTheFileFormat) {
+    const std::string dir = test::temp_dir("kvc-memory");
+    Engine engine(model());
+    ContextSession s(engine, {{"adakv", {}}}, SessionOptions{0, 0});
+    s.prefill(context());
+    const PreparedCache p = s.compress(0, Budget::from_ratio(0.5));
+    const CacheFileContent content{"the text", context(), {{"method", "adakv"}}};
+    const std::string bytes = encode_cache_file(model(), p.cache, content);
+    const std::string path = dir + "/c.kvc";
+    const uint64_t n = save_cache_file(path, model(), p.cache, content);
+    EXPECT_EQ(bytes.size(), n);  // the file's sections at the same offsets (META's time may differ)
+    spit(path, std::vector<uint8_t>(bytes.begin(), bytes.end()));  // the bytes are a file that loads
+    const LoadedCacheFile f = load_cache_file(path, model(), 0);
+    const LoadedCacheFile m =
+        decode_cache_file("entry", reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), model(), 0);
+    for (const LoadedCacheFile * x : {&f, &m}) {
+        EXPECT_EQ(x->content.tokens, context());
+        EXPECT_EQ(x->content.text, "the text");
+        EXPECT_EQ(x->content.context, content.context);
+        for (int il = 0; il < p.cache.n_layer(); ++il)
+            for (int h = 0; h < p.cache.n_head_kv(); ++h) {
+                EXPECT_EQ(x->cache.positions(il, h), p.cache.positions(il, h));
+                EXPECT_EQ(x->cache.read_k(il, h), p.cache.read_k(il, h));
+                EXPECT_EQ(x->cache.read_v(il, h), p.cache.read_v(il, h));
+            }
+    }
+    const auto refused = [&](std::string b, const Model & mod) {
+        try {
+            decode_cache_file("redis entry X", reinterpret_cast<const uint8_t *>(b.data()), b.size(), mod, 0);
+        } catch (const Error & e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    std::string bad = bytes;
+    bad[bad.size() / 2] = char(bad[bad.size() / 2] ^ 0x5a);
+    EXPECT_NE(refused(bad, model()).find("redis entry X: checksum mismatch"), std::string::npos) << refused(bad, model());
+    EXPECT_NE(refused(bytes.substr(0, bytes.size() / 3), model()).find("redis entry X: truncated"), std::string::npos);
+    EXPECT_NE(refused(bytes, *other_->model).find("redis entry X: was made with model"), std::string::npos);
+    fs::remove_all(dir);
+}
+
 TEST_F(CacheFile, DamagedFilesAreRefusedByName) {
     const std::string dir = test::temp_dir("kvc-damage");
     const std::string good = dir + "/good.kvc", bad = dir + "/bad.kvc";
