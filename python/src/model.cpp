@@ -43,7 +43,9 @@ pb::dict model_info(const PyModel & pm, const std::string & asked) {
     d["weight_dtype"] = dominant;
     d["weight_quantization"] = json_to_python(gguf["tensor_type_counts"]);
     d["tokenizer_hash"] = gguf["tokenizer_sha256"].get<std::string>();
-    d["chat_template_hash"] = gguf["chat_template_sha256"].get<std::string>();
+    d["chat_template_hash"] = gguf["chat_template_sha256"].is_string()  // None: no chat template (a base model)
+                                  ? pb::object(pb::str(gguf["chat_template_sha256"].get<std::string>()))
+                                  : pb::object(pb::none());
     d["config_hash"] = hparams_hash(m);
     d["weight_files_sha256"] = pb::dict(pb::arg(std::filesystem::path(pm.loaded.path).filename().c_str()) =
                                             prov["model"]["sha256"].get<std::string>());
