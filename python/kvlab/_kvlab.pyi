@@ -55,23 +55,33 @@ class Model:
                       top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> dict[str, Any]: ...
 
 class Scorer(Protocol):
-    """A Python scorer (docs/python.md, "Python scorers"): score(layer, keys, values[, queries]) with
-    float32 keys and values [kv_heads, rows, head_dim] and, when window_queries > 0 or wants_queries,
-    the prefill's queries [n_heads, window, head_dim]; returns scores [kv_heads, rows] (or [rows]).
+    """A Python scorer (docs/python.md, "Python scorers"): score(layer, keys, values, ...) with float32
+    keys and values [kv_heads, rows, head_dim], returning scores [kv_heads, rows] (or [rows]); higher is
+    kept first. Parameters named after kvpress's arguments get, as keyword arguments, the prefill's
+      queries:       [n_heads, window, head_dim], the last `window` context tokens' queries (post-RoPE,
+                     scaled so that q . k / sqrt(head_dim) is the model's attention logit);
+      attentions:    [n_heads, window, rows], those queries' attention weights as the model computes
+                     them (softmax over the rows each sees: causal, and within a sliding-window
+                     layer's window; exactly 0 elsewhere), per query head as kvpress's;
+      hidden_states: [rows, hidden_size], every context token's input to the layer's attention (after
+                     its input norm: what the Q/K/V projections read), as kvpress's.
+    window is the attribute window_queries, else window. A scorer naming none of them that sets
+    window_queries > 0 or wants_queries gets the queries as a fourth positional argument.
     Optional attributes: n_sink, window (rows always kept), window_queries, wants_queries."""
     def score(self, layer: int, keys: npt.NDArray[np.float32], values: npt.NDArray[np.float32],
-              *queries: npt.NDArray[np.float32]) -> npt.ArrayLike: ...
+              *args: npt.NDArray[np.float32], **kwargs: npt.NDArray[np.float32]) -> npt.ArrayLike: ...
 
 ScoreFn = Callable[..., npt.ArrayLike]
 
 @overload
 def compress(cache: Cache, method: str, ratio: Optional[float] = None, budget: Optional[int] = None,
              kv_bytes: Optional[int] = None, bytes_ratio: Optional[float] = None, demote: Optional[str] = None,
-             preset: str = "", **params: Any) -> dict[str, Any]: ...
+             preset: str = "", compress_sliding: bool = False, **params: Any) -> dict[str, Any]: ...
 @overload
 def compress(cache: Cache, method: Union[Scorer, ScoreFn], ratio: Optional[float] = None,
              budget: Optional[int] = None, kv_bytes: Optional[int] = None, bytes_ratio: Optional[float] = None,
-             demote: Optional[str] = None, *, per: Literal["uniform", "layer", "global", "model"] = "uniform",
+             demote: Optional[str] = None, *, compress_sliding: bool = False,
+             per: Literal["uniform", "layer", "global", "model"] = "uniform",
              n_sink: Optional[int] = None, window: Optional[int] = None, alpha: float = 0.2) -> dict[str, Any]: ...
 def methods() -> list[dict[str, Any]]: ...
 def evaluate(experiment: Union[dict[str, Any], str],

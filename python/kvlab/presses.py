@@ -1,17 +1,22 @@
-"""Two of kvpress's presses as kvlab Python scorers (docs/python.md, "Python scorers").
+"""Three of kvpress's presses as kvlab Python scorers (docs/python.md, "Python scorers").
 
-A scorer is called once per layer as score(layer, keys, values[, queries]) with float32 NumPy
-arrays keys and values [kv_heads, rows, head_dim] and, when it asks for them, the prefill's
-observation-window queries [n_heads, window, head_dim] (post-RoPE, scaled so that
-q . k / sqrt(head_dim) is the attention logit). It returns scores [kv_heads, rows]; higher is
-kept first. kvlab.compress(cache, scorer, ratio=...) keeps the top rows under the budget and
-frees the rest. Each press here keeps exactly the rows of kvlab's C++ method of the same name
-(tests/python/test_scorers.py).
+A scorer is called once per layer as score(layer, keys, values, ...) with float32 NumPy arrays
+keys and values [kv_heads, rows, head_dim] and, for the parameters it names (kvpress's names),
+the prefill's
+  queries        [n_heads, window, head_dim]: the last `window` context tokens' queries, post-RoPE,
+                 scaled so that q . k / sqrt(head_dim) is the model's attention logit;
+  attentions     [n_heads, window, rows]: those queries' attention weights over the rows, softmax
+                 with the causal mask (and a sliding-window layer's window), per query head;
+  hidden_states  [rows, hidden_size]: every context token's input to the layer's attention.
+The window is the scorer's `window_queries` attribute, else its `window`. It returns scores
+[kv_heads, rows] (or [rows] for every head); higher is kept first. kvlab.compress(cache, scorer,
+ratio=...) keeps the top rows under the budget and frees the rest. Each press here keeps exactly
+the rows of kvlab's C++ method of the same name (tests/python/test_scorers.py, test_gemma3.py).
 """
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["KnormPress", "SnapKVPress"]
+__all__ = ["KnormPress", "SnapKVPress", "TOVAPress"]
 
 
 class KnormPress:
@@ -49,6 +54,26 @@ class SnapKVPress:
         p /= p.sum(axis=-1, keepdims=True)
         s = _pool(p[..., : rows - w].sum(axis=2).mean(axis=1), self.kernel, self.pooling)
         return np.concatenate([s, np.zeros((heads, w))], axis=1)  # the window's scores are ignored
+
+
+class TOVAPress:
+    """TOVA (kvlab's `tova`, src/press/methods/tova.cpp): the attention weights of the context's
+    last token over the rows, averaged over the layer's query heads; one row set per layer
+    (compress it with per="layer"). From the prefill's `attentions` (window_queries = 1).
+
+    keep_last=True keeps the last context token whatever its score (kvlab's `tova keep_last=true`,
+    kvpress's TOVAPress, which pads the last row with the highest score); False, TOVA's rule and
+    kvlab's default, ranks it as any other row.
+    """
+
+    window_queries = 1  # the attentions of the last context token
+
+    def __init__(self, keep_last=False):
+        self.keep_last = keep_last
+        self.window = 1 if keep_last else 0  # the rows always kept (kvlab.compress reads it)
+
+    def score(self, layer, keys, values, attentions):
+        return attentions[:, -1, :].astype(np.float64).mean(axis=0)  # [rows]: one score per row, every head
 
 
 def _pool(x, kernel, pooling):

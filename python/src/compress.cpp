@@ -42,10 +42,12 @@ void bind_compress(pb::module_ & m) {
     m.def(
         "compress",
         [](PyCache & cache, const pb::object & how, pb::object ratio, pb::object budget, pb::object kv_bytes,
-           pb::object bytes_ratio, pb::object demote, const std::string & preset, const pb::kwargs & params) {
+           pb::object bytes_ratio, pb::object demote, const std::string & preset, bool compress_sliding,
+           const pb::kwargs & params) {
             if (!cache.store) throw Error("python", "this cache was given up");
             PyModel & pm = *cache.owner;
-            const Budget b = budget_of(ratio, budget, kv_bytes, bytes_ratio, demote);
+            Budget b = budget_of(ratio, budget, kv_bytes, bytes_ratio, demote);
+            b.sliding = compress_sliding;  // the CLI's --compress-sliding
             if (!pb::isinstance<pb::str>(how)) {
                 if (!preset.empty()) throw Error("python", "preset applies to kvlab's methods, not to a Python scorer");
                 return compress_with_scorer(cache, how, b, params);
@@ -93,20 +95,24 @@ void bind_compress(pb::module_ & m) {
         },
         pb::arg("cache"), pb::arg("method"), pb::arg("ratio") = pb::none(), pb::arg("budget") = pb::none(),
         pb::arg("kv_bytes") = pb::none(), pb::arg("bytes_ratio") = pb::none(), pb::arg("demote") = pb::none(),
-        pb::arg("preset") = "",
+        pb::arg("preset") = "", pb::arg("compress_sliding") = false,
         R"doc(Compresses the cache in place with a registered method (kvlab.methods()) or a Python scorer, freeing
 the rows it drops.
 
 Exactly one budget: ratio (share of rows removed), budget (rows kept per layer), kv_bytes, or bytes_ratio
 (share of the full cache's F16 bytes); demote="q4_0" keeps the rows it would evict at that type. Method
-parameters as keyword arguments (window=8); preset="kvpress" follows kvpress's rules. A method that
+parameters as keyword arguments (window=8); preset="kvpress" follows kvpress's rules. On a model with
+sliding-window layers (Gemma 3) the method compresses the global layers and each sliding layer keeps its
+window; compress_sliding=True (the CLI's --compress-sliding) applies it inside their window too. A method that
 scores from the prefill (SnapKV, KVzip, KVzap, ...) re-reads the cache's context with it watching: give it
 a cache that holds a plain prefill. Returns the compression's figures (rows and bytes before and after,
 kept rows per layer and head, times).
 
 method may instead be a Python scorer: a callable, or an object with a score method, called per layer as
-score(layer, keys, values[, queries]) and returning scores [kv_heads, rows] (higher is kept first); then
-the keyword arguments are per="uniform"|"layer"|"global"|"model", n_sink, window and alpha (docs/python.md,
+score(layer, keys, values) and returning scores [kv_heads, rows] (higher is kept first); parameters named
+queries, attentions or hidden_states get the prefill's window queries [n_heads, window, head_dim], window
+attention weights [n_heads, window, rows] and the layer's hidden states [rows, hidden_size]; then the
+keyword arguments are per="uniform"|"layer"|"global"|"model", n_sink, window and alpha (docs/python.md,
 "Python scorers").)doc");
     m.def(
         "methods",

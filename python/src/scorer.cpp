@@ -1,15 +1,18 @@
 // Python scorers (docs/python.md, "Python scorers"): kvlab.compress(cache, scorer, ...) where the
 // scorer is a callable or an object with a `score` method (kvpress's ScorerPress shape), called
-// per layer with the keys and values (and, when it asks, the prefill's observation-window
-// queries). Its scores feed kvlab's own planning (press::Scores and the selection of
-// press/policy.h) and compress(): the rows it drops are freed as any C++ method's.
+// per layer with the keys and values and, when it asks for them by its parameters' names, the
+// prefill's observation-window queries and attention weights and the layer's hidden states.
+// Its scores feed kvlab's own planning (press::Scores and the selection of press/policy.h) and
+// compress(): the rows it drops are freed as any C++ method's.
 #include <cmath>
 #include <cstring>
 
 #include "bindings.h"
 #include "kvlab/sys.h"
+#include "press/hidden_states.h"
 #include "press/method.h"
 #include "press/policy.h"
+#include "press/window_attention.h"
 #include "press/window_queries.h"
 
 namespace kvlab::py {
@@ -18,10 +21,17 @@ namespace {
 
 // What kvlab.compress reads from the scorer and its keyword arguments.
 struct ScorerSpec {
-    pb::object fn;  // fn(layer, keys, values[, queries]) -> scores [kv_heads, rows]
+    pb::object fn;  // fn(layer, keys, values, ...) -> scores [kv_heads, rows]
     std::string name, per = "uniform";
-    int64_t n_sink = 0, window = 0, queries = 0;  // queries: window queries it wants (0: none)
+    int64_t n_sink = 0, window = 0;
+    int64_t observed = 0;  // the observation window: the last `observed` context tokens' queries (0: none)
+    // what it asks for by its parameters' names, passed as keyword arguments of those names
+    bool queries = false, attentions = false, hidden_states = false;
+    // kvlab's first form: window_queries or wants_queries, and none of those names: the queries
+    // as the fourth positional argument
+    bool positional_queries = false;
     double alpha = 0.2;
+    bool observes() const { return observed > 0 || hidden_states; }
 };
 
 std::string shape_of(const pb::array & a) {
@@ -38,6 +48,24 @@ int64_t int_attr(const pb::object & o, const char * name, int64_t def) {
     } catch (const pb::cast_error &) {
         throw Error("python", std::string("the scorer's attribute '") + name + "' is not an integer");
     }
+}
+
+// The names of fn's parameters that can be given by keyword (not *args nor **kwargs); none when
+// Python cannot tell (a builtin without a signature).
+std::vector<std::string> keyword_parameters(const pb::object & fn) {
+    std::vector<std::string> names;
+    try {
+        const pb::module_ inspect = pb::module_::import("inspect");
+        const pb::object kinds = inspect.attr("Parameter");
+        for (const pb::handle p : inspect.attr("signature")(fn).attr("parameters").attr("values")()) {
+            const pb::object kind = p.attr("kind");
+            if (kind.equal(kinds.attr("POSITIONAL_OR_KEYWORD")) || kind.equal(kinds.attr("KEYWORD_ONLY")))
+                names.push_back(p.attr("name").cast<std::string>());
+        }
+    } catch (pb::error_already_set &) {  // ValueError / TypeError: no signature
+        names.clear();
+    }
+    return names;
 }
 
 ScorerSpec spec_of(const pb::object & scorer, const pb::kwargs & options) {
@@ -85,12 +113,25 @@ ScorerSpec spec_of(const pb::object & scorer, const pb::kwargs & options) {
         throw Error("python", "per must be uniform, layer, global or model, not '" + sp.per + "'");
     if (sp.n_sink < 0 || sp.window < 0) throw Error("python", "n_sink and window cannot be negative");
     if (!(sp.alpha >= 0.0 && sp.alpha <= 1.0)) throw Error("python", "alpha must lie in [0, 1]");
-    // the observation-window queries: window_queries of them, or wants_queries (the window's)
-    sp.queries = int_attr(scorer, "window_queries", 0);
-    if (sp.queries < 0) throw Error("python", "the scorer's window_queries cannot be negative");
-    if (sp.queries == 0 && pb::hasattr(scorer, "wants_queries") && pb::bool_(scorer.attr("wants_queries"))) {
-        if (sp.window < 1) throw Error("python", "wants_queries needs window >= 1 (or set window_queries)");
-        sp.queries = sp.window;
+    // What it asks for: by its parameters' names (kvpress's score(module, hidden_states, keys,
+    // values, attentions, kwargs)), else kvlab's first form (window_queries or wants_queries: the
+    // queries as a fourth positional argument).
+    for (const std::string & n : keyword_parameters(sp.fn)) {
+        sp.queries = sp.queries || n == "queries";
+        sp.attentions = sp.attentions || n == "attentions";
+        sp.hidden_states = sp.hidden_states || n == "hidden_states";
+    }
+    const bool wants = pb::hasattr(scorer, "wants_queries") && pb::bool_(scorer.attr("wants_queries"));
+    // the observation window: window_queries of the last tokens, else the window's
+    sp.observed = int_attr(scorer, "window_queries", 0);
+    if (sp.observed < 0) throw Error("python", "the scorer's window_queries cannot be negative");
+    const bool named = sp.queries || sp.attentions || sp.hidden_states;
+    sp.positional_queries = !named && (sp.observed > 0 || wants);
+    if (sp.observed == 0 && (wants || sp.queries || sp.attentions)) {
+        if (sp.window < 1)
+            throw Error("python", sp.name + " asks for the window's " + (sp.attentions ? "attentions" : "queries") +
+                                      ": set its window_queries (or window >= 1)");
+        sp.observed = sp.window;
     }
     return sp;
 }
@@ -98,19 +139,23 @@ ScorerSpec spec_of(const pb::object & scorer, const pb::kwargs & options) {
 // The scorer over the layers: reads each layer's rows (GIL released), then calls Python with them.
 class PythonScorer {
 public:
-    PythonScorer(ScorerSpec sp, const HParams & hp) : sp_(std::move(sp)), hp_(hp) {}
+    PythonScorer(ScorerSpec sp, const Model & m) : sp_(std::move(sp)), model_(m), hp_(m.hparams()) {}
     const ScorerSpec & spec() const { return sp_; }
 
-    // The last `queries` context tokens' queries (press/window_queries.h, as SnapKV's scorer keeps them).
+    // The prefill's observers it needs: the last `observed` context tokens' queries
+    // (press/window_queries.h, as SnapKV's scorer keeps them), every token's hidden states.
     const QueryObserver * observer(int64_t L, double * observe_s) {
-        return sp_.queries == 0 ? nullptr : window_.observe(hp_, sp_.queries, L, observe_s);
+        observers_ = std::make_unique<ObserverSet>(model_);
+        if (sp_.observed > 0) observers_->add(window_.observe(hp_, sp_.observed, L, observe_s));
+        if (sp_.hidden_states) observers_->add(hidden_.observe(hp_, L, observe_s));
+        return observers_->get();
     }
 
     // Called with the GIL released (inside compress()); takes it around each Python call only.
     press::Scores score(const KvStore & cache) {
         const int64_t L = cache.n_rows(0, 0);
-        if (sp_.queries > 0 && !window_.complete(L))
-            throw Error("python", sp_.name + ": the context's queries were not observed during its prefill");
+        if ((sp_.observed > 0 && !window_.complete(L)) || (sp_.hidden_states && !hidden_.complete(L)))
+            throw Error("python", sp_.name + ": the context's prefill was not observed");
         press::Scores s;
         s.L = L;
         s.n_sink = std::min(sp_.n_sink, L);
@@ -126,9 +171,18 @@ public:
                 std::copy(kh.begin(), kh.end(), k.begin() + size_t(h) * L * d);
                 std::copy(vh.begin(), vh.end(), v.begin() + size_t(h) * L * d);
             }
+            std::vector<float> attn, x;
+            if (sp_.attentions) attn = attentions(cache, il, k);
+            if (sp_.hidden_states) x = hidden_.take(il);
             pb::gil_scoped_acquire gil;
             pb::object keys = to_numpy(std::move(k), {H, L, d}), values = to_numpy(std::move(v), {H, L, d});
-            const pb::object r = sp_.queries > 0 ? sp_.fn(il, keys, values, queries(il)) : sp_.fn(il, keys, values);
+            pb::tuple args = sp_.positional_queries ? pb::make_tuple(il, keys, values, queries(il))
+                                                    : pb::make_tuple(il, keys, values);
+            pb::dict named;
+            if (sp_.queries) named["queries"] = queries(il);
+            if (sp_.attentions) named["attentions"] = to_numpy(std::move(attn), {hp_.n_head, window_.rows(), L});
+            if (sp_.hidden_states) named["hidden_states"] = to_numpy(std::move(x), {L, hp_.n_embd});
+            const pb::object r = sp_.fn(*args, **named);
             s.s[size_t(il)] = checked(r, il, H, s);
         }
         if (s.per_layer)  // one row set per layer: the heads' mean
@@ -154,6 +208,15 @@ private:
                 std::memcpy(out.data() + (h * w + r) * d, window_.layer(il) + (r * nh + h) * d,
                             size_t(d) * sizeof(float));
         return to_numpy(std::move(out), {nh, w, d});
+    }
+
+    // Layer il's window attention [n_head][w][L] (press/window_attention.h) from the window's
+    // queries and the keys k [kv_heads][L][head_dim]. The cache is a plain prefill: every head
+    // holds the same rows.
+    std::vector<float> attentions(const KvStore & cache, int il, const std::vector<float> & k) const {
+        const std::vector<int32_t> & pos = cache.positions(il, 0);
+        return press::window_attention_weights(hp_, il, window_.layer(il), window_.rows(), k.data(), pos.data(),
+                                               int64_t(pos.size()), model_.n_threads());
     }
 
     // The scorer's answer for layer il as [head][row] floats: [kv_heads, rows], or [rows] for every
@@ -184,8 +247,11 @@ private:
     }
 
     ScorerSpec sp_;
+    const Model & model_;
     HParams hp_;
     press::WindowQueries window_;
+    press::HiddenStates hidden_;
+    std::unique_ptr<ObserverSet> observers_;
 };
 
 // The selection of kvlab's policies (press/policy.h) for `per`.
@@ -215,13 +281,19 @@ press::Policy policy_for(const ScorerSpec & sp) {
 // twice for a byte budget that demotes).
 class PythonPress : public Press {
 public:
-    PythonPress(ScorerSpec sp, const Model & m) : policy_(policy_for(sp)), scorer_(std::move(sp), m.hparams()) {
+    PythonPress(ScorerSpec sp, const Model & m) : policy_(policy_for(sp)), scorer_(std::move(sp), m) {
         const ScorerSpec & s = scorer_.spec();
         name_ = s.name;
-        params_ = {{"per", s.per}, {"n_sink", s.n_sink}, {"window", s.window}, {"window_queries", s.queries}};
+        params_ = {{"per", s.per},
+                   {"n_sink", s.n_sink},
+                   {"window", s.window},
+                   {"window_queries", s.observed},
+                   {"attentions", s.attentions},
+                   {"hidden_states", s.hidden_states}};
         if (s.per == "global") params_["alpha"] = s.alpha;
     }
-    bool wants_queries() const { return scorer_.spec().queries > 0; }
+    // Whether it scores from the prefill (queries, attentions or hidden states).
+    bool observes() const { return scorer_.spec().observes(); }
     const QueryObserver * observer(KvStore &, int64_t L) override {
         observe_s_ = 0.0;
         return scorer_.observer(L, &observe_s_);
@@ -249,19 +321,20 @@ pb::object compress_with_scorer(PyCache & cache, const pb::object & scorer, cons
     PyModel & pm = *cache.owner;
     // made and dropped with the GIL held: it holds the scorer's Python objects
     PythonPress press(spec_of(scorer, options), pm.model());
-    if (press.wants_queries() && (!cache.pristine || cache.context.empty()))
+    if (press.observes() && (!cache.pristine || cache.context.empty()))
         throw Error("python", press.name() +
-                                  " wants the prefill's queries: compress a cache that holds only a plain prefill "
-                                  "of its context (Model.prefill on a new cache)");
-    const bool reprefill = press.wants_queries() || slid(cache);
+                                  " scores from the prefill (its queries, attentions or hidden states): compress a "
+                                  "cache that holds only a plain prefill of its context (Model.prefill on a new "
+                                  "cache)");
+    const bool reprefill = press.observes() || slid(cache);
     CompressStats st;
     {
         pb::gil_scoped_release nogil;
         ModelLock hold(pm);
         if (reprefill) {
-            // the queries come from a prefill of the context with the scorer watching, as kvlab's
-            // observing methods get them (session.cpp's ContextSession), the sliding-window layers'
-            // rows held; the new cache replaces the old
+            // what it observes (queries, hidden states) comes from a prefill of the context with the
+            // scorer watching, as kvlab's observing methods get it (session.cpp's ContextSession), the
+            // sliding-window layers' rows held; the new cache replaces the old
             const int64_t L = int64_t(cache.context.size());
             KvStore fresh = pm.engine->new_cache(L, cache.store->types());
             fresh.hold_all_rows(true);  // sliding-window layers keep every row until compress()
