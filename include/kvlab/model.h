@@ -80,8 +80,12 @@ public:
     const HParams & hparams() const { return hparams_; }
     // The plug-in that owns the weights and builds the graph (internal: src/model/arch.h).
     const Architecture & arch() const { return *arch_; }
-    // The attention output projection of layer il (W_o): [n_head*head_dim, n_embd], any type.
+    // The attention output projection of layer il (W_o): [n_head*head_dim, n_embd], any type; only a
+    // product's weight (its data may be in a repacked layout or in panels: read it with file_data).
     const ggml_tensor * attn_output(int il) const;
+    // A weight's bytes in the GGUF's own layout, read from the file (whatever layout the loaded
+    // copy took). Throws kvlab::Error when the file cannot be read.
+    std::vector<uint8_t> file_data(const ggml_tensor * t) const;
     // RoPE frequency factors F32 [n_rot/2] (Llama 3 scaling), or nullptr.
     const ggml_tensor * rope_freq_factors() const;
 

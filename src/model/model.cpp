@@ -84,14 +84,14 @@ void read_tensor_data(const std::string & path, const gguf_context * gguf, ggml_
 }
 
 // The layers' projections and the output head: only ever the weight of a product (graph::matmul),
-// so they may take another layout (ggml's repacked buffers, kvlab's panels). attn_output stays
-// host-readable (criticalkv reads W_o); token_embd is gathered by rows (and is the head too
-// where the file ties them: it then keeps its layout).
+// so they may take another layout (ggml's repacked buffers, kvlab's panels); criticalkv reads W_o
+// from the file (Model::file_data). token_embd is gathered by rows (and is the head too where the
+// file ties them: it then keeps its layout).
 bool product_only(const ggml_tensor * t) {
     const std::string n = t->name;
     if (n == "output.weight") return true;
-    for (const char * s : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".ffn_gate.weight", ".ffn_up.weight",
-                           ".ffn_down.weight"})
+    for (const char * s : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
+                           ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"})
         if (n.rfind("blk.", 0) == 0 && n.size() > std::strlen(s) &&
             n.compare(n.size() - std::strlen(s), std::string::npos, s) == 0)
             return true;
@@ -185,6 +185,18 @@ std::unique_ptr<Model> Model::load(const std::string & path, const ModelOptions 
             }
     m->load_seconds_ = now_seconds() - t0;
     return m;
+}
+
+std::vector<uint8_t> Model::file_data(const ggml_tensor * t) const {
+    const int64_t i = gguf_find_tensor(gguf_.get(), t->name);
+    if (i < 0) throw Error("model", path_ + ": no tensor '" + std::string(t->name) + "' in the file");
+    std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path_.c_str(), "rb"));
+    if (!f) throw Error("model", "cannot open " + path_);
+    std::vector<uint8_t> out(ggml_nbytes(t));
+    const size_t off = gguf_get_data_offset(gguf_.get()) + gguf_get_tensor_offset(gguf_.get(), i);
+    if (fseeko(f.get(), off_t(off), SEEK_SET) != 0 || std::fread(out.data(), 1, out.size(), f.get()) != out.size())
+        throw Error("model", path_ + ": could not read tensor '" + std::string(t->name) + "' (truncated?)");
+    return out;
 }
 
 const ggml_tensor * Model::attn_output(int il) const {

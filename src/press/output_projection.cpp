@@ -1,7 +1,6 @@
 // W_o read back as floats, and the Gram matrix of each query head's block of it.
 #include <cstring>
 
-#include "ggml-backend.h"
 #include "ggml.h"
 #include "kvlab/error.h"
 #include "press/eigen.h"
@@ -13,8 +12,7 @@ std::vector<float> output_matrix(const Model & m, int il) {
     const ggml_tensor * wo = m.attn_output(il);
     const int64_t n_in = wo->ne[0], n_out = wo->ne[1];
     std::vector<float> w(size_t(n_in * n_out));
-    std::vector<uint8_t> raw(ggml_nbytes(wo));
-    ggml_backend_tensor_get(const_cast<ggml_tensor *>(wo), raw.data(), 0, raw.size());
+    const std::vector<uint8_t> raw = m.file_data(wo);  // the loaded copy may be repacked or in panels
     if (wo->type == GGML_TYPE_F32) {
         std::memcpy(w.data(), raw.data(), w.size() * sizeof(float));
     } else {
