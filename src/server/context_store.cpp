@@ -209,6 +209,8 @@ std::shared_ptr<const KvStore> ContextStore::rows(const std::string & id, double
     }();
     auto rows = std::make_shared<const KvStore>(std::move(f.cache));
     *load_s = now_seconds() - t0;
+    std::fprintf(stderr, "[serve] context %s: %.1f MB read from the store in %.3f s (fetch %.3f, checks %.3f, rows %.3f)\n",
+                 id.c_str(), double(f.file_bytes) / 1e6, *load_s, f.read_s, f.verify_s, f.build_s);
     std::lock_guard<std::mutex> lock(mu_);
     e->rows = rows;
     e->bytes = rows->bytes();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kvlab/error.h"
+#include "kvlab/sys.h"
 #include "server/context_backend.h"
 #include "server/context_store.h"
 #include "server/redis_client.h"
@@ -164,7 +165,9 @@ public:
 
     LoadedCacheFile get(const std::string & id) override {
         RedisReplyPtr r;
+        const double t0 = now_seconds();
         guard([&] { r = client_.command({"HGET", entry_key(id), "kvc"}); });
+        const double fetch_s = now_seconds() - t0;
         if (r->type != REDIS_REPLY_STRING) {
             count([](BackendCounts & c) { ++c.misses; });
             throw ApiError(404, "no context '" + id + "' (it is no longer in the shared store: evicted or deleted)",
@@ -174,6 +177,7 @@ public:
         try {
             LoadedCacheFile f =
                 decode_cache_file(name, reinterpret_cast<const uint8_t *>(r->str), r->len, model_, 0);
+            f.read_s = fetch_s;
             if (f.content.context.value("id", "") != id)
                 throw Error("store", name + ": holds context '" + f.content.context.value("id", "") +
                                          "' (a copied entry)");
