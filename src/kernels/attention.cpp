@@ -90,15 +90,35 @@ inline float scale_mask_max(v16 (&sx)[k_kv], int na, int nb, float scale) {
     return m;
 }
 
+// A block's V rows as vectors: float32 rows converted ahead (vb [k_block][dv] vectors), or F16
+// rows read where they are stored and converted as they are read (the same floats: a decode,
+// which would otherwise convert and store each row only to load it back once).
+struct FloatRows {
+    const v16 * vb;
+    int dv;
+    v16 get(int j, int y) const { return vb[size_t(j) * dv + y]; }
+};
+#if defined(__AVX512F__)
+struct HalfRows {
+    const ggml_fp16_t * rows;  // [rows][d], d a multiple of 16
+    int d;
+    v16 get(int j, int y) const {
+        return (v16)_mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rows + size_t(j) * d + size_t(y) * k_lanes)));
+    }
+};
+#endif
+
 // acc_x += sum over the block's rows j < nb_max of w_x[j] * V[j], rows in order.
 // DV: vectors per V row (head_dim / 16, rounded up).
-template <int MQ, int DV>
-inline void accumulate(v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
+template <int MQ, int DV, typename Rows>
+inline void accumulate(v16 * const * acc, const float * const * w, const Rows & v, int nb_max) {
     v16 a[MQ][DV];
     for (int x = 0; x < MQ; ++x)
         for (int y = 0; y < DV; ++y) a[x][y] = acc[x][y];
     for (int j = 0; j < nb_max; ++j) {
-        const v16 * vr = vb + size_t(j) * DV;
+        v16 vr[DV];
+        for (int y = 0; y < DV; ++y) vr[y] = v.get(j, y);
         for (int x = 0; x < MQ; ++x) {
             const float wx = w[x][j];
             for (int y = 0; y < DV; ++y) a[x][y] += wx * vr[y];
@@ -108,41 +128,56 @@ inline void accumulate(v16 * const * acc, const float * const * w, const v16 * v
         for (int y = 0; y < DV; ++y) acc[x][y] = a[x][y];
 }
 
-// accumulate() for mq vectors and a run-time dv: register tiles up to 16 accumulators.
-template <int DV>
-void accumulate_n(int mq, v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
-    constexpr int G = DV <= 4 ? 4 : DV <= 8 ? 2 : 1;
-    int x = 0;
-    for (; x + G <= mq; x += G) accumulate<G, DV>(acc + x, w + x, vb, nb_max);
-    for (; x < mq; ++x) accumulate<1, DV>(acc + x, w + x, vb, nb_max);
+// accumulate() for mq <= k_mq vectors and a run-time dv: register tiles up to 16 accumulators,
+// each row read once for as many vectors as fit (every accumulator's sum is the same sequence
+// of operations however the vectors are grouped).
+template <int DV, typename Rows>
+void accumulate_n(int mq, v16 * const * acc, const float * const * w, const Rows & v, int nb_max) {
+    static_assert(k_mq == 4, "tiles of up to 4 query vectors");
+    if constexpr (DV <= 4) {
+        switch (mq) {
+            case 4:
+                return accumulate<4, DV>(acc, w, v, nb_max);
+            case 3:
+                return accumulate<3, DV>(acc, w, v, nb_max);
+            case 2:
+                return accumulate<2, DV>(acc, w, v, nb_max);
+            default:
+                return accumulate<1, DV>(acc, w, v, nb_max);
+        }
+    } else {
+        constexpr int G = DV <= 8 ? 2 : 1;
+        int x = 0;
+        for (; x + G <= mq; x += G) accumulate<G, DV>(acc + x, w + x, v, nb_max);
+        for (; x < mq; ++x) accumulate<1, DV>(acc + x, w + x, v, nb_max);
+    }
 }
 
-void accumulate_any(int mq, int dv, v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
+template <typename Rows>
+void accumulate_any(int mq, int dv, v16 * const * acc, const float * const * w, const Rows & v, int nb_max) {
     switch (dv) {
         case 1:
-            return accumulate_n<1>(mq, acc, w, vb, nb_max);
+            return accumulate_n<1>(mq, acc, w, v, nb_max);
         case 2:
-            return accumulate_n<2>(mq, acc, w, vb, nb_max);
+            return accumulate_n<2>(mq, acc, w, v, nb_max);
         case 3:
-            return accumulate_n<3>(mq, acc, w, vb, nb_max);
+            return accumulate_n<3>(mq, acc, w, v, nb_max);
         case 4:
-            return accumulate_n<4>(mq, acc, w, vb, nb_max);
+            return accumulate_n<4>(mq, acc, w, v, nb_max);
         case 5:
-            return accumulate_n<5>(mq, acc, w, vb, nb_max);
+            return accumulate_n<5>(mq, acc, w, v, nb_max);
         case 6:
-            return accumulate_n<6>(mq, acc, w, vb, nb_max);
+            return accumulate_n<6>(mq, acc, w, v, nb_max);
         case 7:
-            return accumulate_n<7>(mq, acc, w, vb, nb_max);
+            return accumulate_n<7>(mq, acc, w, v, nb_max);
         case 8:
-            return accumulate_n<8>(mq, acc, w, vb, nb_max);
+            return accumulate_n<8>(mq, acc, w, v, nb_max);
         default:
             break;
     }
-    for (int j = 0; j < nb_max; ++j) {  // head_dim > 128: the plain loop, same order
-        const v16 * vr = vb + size_t(j) * dv;
+    for (int j = 0; j < nb_max; ++j)  // head_dim > 128: the plain loop, same order
         for (int x = 0; x < mq; ++x)
-            for (int y = 0; y < dv; ++y) acc[x][y] += w[x][j] * vr[y];
-    }
+            for (int y = 0; y < dv; ++y) acc[x][y] += w[x][j] * v.get(j, y);
 }
 
 void score_any(int mq, const v16 * kt, const float * const * q, int d, v16 (&s)[k_mq][k_kv]) {
@@ -253,8 +288,9 @@ inline void prefetch_rows(const uint8_t * p) {
 }
 
 // Rows [b, b + k_block) of a segment, the rows from `end` on as zeros: K transposed into kt
-// [d][k_block], V into vb [k_block][dv * k_lanes] (zero beyond d). Data movement and exact
-// conversion only: the floats are the stored values, however they are moved.
+// [d][k_block], V into vb [k_block][dv * k_lanes] (zero beyond d; vb nullptr: V left where it is,
+// its rows only prefetched). Data movement and exact conversion only: the floats are the stored
+// values, however they are moved.
 void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt, float * vb, float * row) {
     const int dv = (d + k_lanes - 1) / k_lanes;
     const int nr = int(std::clamp<int64_t>(end - b, 0, k_block));
@@ -273,9 +309,11 @@ void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt
                 transpose16(r);
                 for (int e = 0; e < 16; ++e) _mm512_storeu_ps(kt + size_t(e0 + e) * k_block + j0, r[e]);
             }
-            for (int j = j0; j < j0 + 16; ++j)
-                for (int e0 = 0; e0 < d; e0 += 16)
-                    _mm512_storeu_ps(vb + size_t(j) * dv * k_lanes + e0, load16(sg.v_type, vbase + size_t(j) * vr, e0));
+            if (vb)
+                for (int j = j0; j < j0 + 16; ++j)
+                    for (int e0 = 0; e0 < d; e0 += 16)
+                        _mm512_storeu_ps(vb + size_t(j) * dv * k_lanes + e0,
+                                         load16(sg.v_type, vbase + size_t(j) * vr, e0));
         }
     }
 #endif
@@ -283,13 +321,24 @@ void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt
         if (j < nr) {
             row_to_f32(sg.k_type, sg.k, b + j, d, row);
             for (int e = 0; e < d; ++e) kt[e * k_block + j] = row[e];
+            if (!vb) continue;
             row_to_f32(sg.v_type, sg.v, b + j, d, vb + size_t(j) * dv * k_lanes);
             std::fill(vb + size_t(j) * dv * k_lanes + d, vb + size_t(j + 1) * dv * k_lanes, 0.0f);
         } else {
             for (int e = 0; e < d; ++e) kt[e * k_block + j] = 0.0f;
-            std::fill(vb + size_t(j) * dv * k_lanes, vb + size_t(j + 1) * dv * k_lanes, 0.0f);
+            if (vb) std::fill(vb + size_t(j) * dv * k_lanes, vb + size_t(j + 1) * dv * k_lanes, 0.0f);
         }
     }
+}
+
+// Whether compute() reads a segment's V rows in place (HalfRows) instead of converting them.
+bool half_rows(const Segment & sg, int d) {
+#if defined(__AVX512F__)
+    return sg.v_type == GGML_TYPE_F16 && d % k_lanes == 0;
+#else
+    (void)sg, (void)d;
+    return false;
+#endif
 }
 
 // The converted blocks start at the first 64-byte boundary of the buffer (vector loads).
@@ -462,13 +511,17 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
             // their values, which only masked lanes and zero weights ever meet), or here
             const v16 * ktv = sc.kt.data();
             const v16 * vbv = sc.vb.data();
+            // F16 V rows read in place (AVX-512, whole vectors per row) where one micro-tile
+            // holds every query vector (a decode with a GQA group up to k_mq: each row read
+            // once): not converted here
+            const bool v_in_place = !pre && nv <= k_mq && half_rows(sg, d);
             if (pre) {
                 const float * blk = pre + (int64_t(g) * n_pre_blocks + (pre_base + b) / k_block) * pre_block;
                 ktv = reinterpret_cast<const v16 *>(blk);
                 vbv = reinterpret_cast<const v16 *>(blk + int64_t(d) * k_block);
             } else {
                 convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt.data()),
-                              reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
+                              v_in_place ? nullptr : reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
             }
             int na = 0;
             for (int t = 0; t < nv; ++t)
@@ -510,7 +563,14 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                     accs[x] = acc;
                     ws[x] = sx;
                 }
-                accumulate_any(mq, dv, accs, ws, vbv, nb_max);
+#if defined(__AVX512F__)
+                if (v_in_place) {
+                    accumulate_any(mq, dv, accs, ws,
+                                   HalfRows{static_cast<const ggml_fp16_t *>(sg.v) + size_t(b) * d, d}, nb_max);
+                    continue;
+                }
+#endif
+                accumulate_any(mq, dv, accs, ws, FloatRows{vbv, dv}, nb_max);
             }
         }
         int t = 0;
