@@ -293,17 +293,25 @@ TEST(Attention, ConvertingAheadGivesTheSameBits) {
 }
 
 TEST(Attention, AQueryRowGetsTheSameBitsAloneOrInABatch) {
-    // decode (one row) and a batch containing that row compute it with the same arithmetic
-    const Case c{16, 9, 3, 64, {1500, 1500, 1500}};
-    const Data d = make_data(c, 99);
-    const auto all = run_kernel(c, d, 0.125f, 512, 2);
-    Case one = c;
-    one.n_q = 1;
-    Data last = d;
-    last.q.assign(d.q.end() - 9 * 64, d.q.end());
-    last.q_pos = {d.q_pos.back()};
-    const auto got = run_kernel(one, last, 0.125f, 512, 2);
-    EXPECT_EQ(got, std::vector<float>(all.end() - 9 * 64, all.end()));
+    // decode (one row: F16 rows read in place where the GQA group fits one micro-tile) and a batch
+    // containing that row compute it with the same arithmetic
+    for (const Case & c : {Case{16, 9, 3, 64, {1500, 1500, 1500}},  // GQA 3 (smollm2-135m)
+                           Case{16, 8, 2, 32, {700, 130}},          // GQA 4, head_dim 32, a partial block
+                           Case{16, 14, 2, 64, {1100, 600}},        // GQA 7 (qwen2.5): two micro-tiles
+                           Case{16, 4, 1, 256, {900}}}) {           // head_dim 256 (gemma3)
+        SCOPED_TRACE("GQA " + std::to_string(c.n_head / c.n_head_kv) + ", head_dim " + std::to_string(c.head_dim));
+        const Data d = make_data(c, 99);
+        const auto all = run_kernel(c, d, 0.125f, 512, 2);
+        Case one = c;
+        one.n_q = 1;
+        Data last = d;
+        const size_t row = size_t(c.n_head) * c.head_dim;
+        last.q.assign(d.q.end() - ptrdiff_t(row), d.q.end());
+        last.q_pos = {d.q_pos.back()};
+        for (int nth : {1, 2})
+            EXPECT_EQ(run_kernel(one, last, 0.125f, 512, nth),
+                      std::vector<float>(all.end() - ptrdiff_t(row), all.end()));
+    }
 }
 
 }  // namespace

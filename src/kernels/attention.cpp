@@ -90,35 +90,15 @@ inline float scale_mask_max(v16 (&sx)[k_kv], int na, int nb, float scale) {
     return m;
 }
 
-// A block's V rows as vectors: float32 rows converted ahead (vb [k_block][dv] vectors), or F16
-// rows read where they are stored and converted as they are read (the same floats: a decode,
-// which would otherwise convert and store each row only to load it back once).
-struct FloatRows {
-    const v16 * vb;
-    int dv;
-    v16 get(int j, int y) const { return vb[size_t(j) * dv + y]; }
-};
-#if defined(__AVX512F__)
-struct HalfRows {
-    const ggml_fp16_t * rows;  // [rows][d], d a multiple of 16
-    int d;
-    v16 get(int j, int y) const {
-        return (v16)_mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rows + size_t(j) * d + size_t(y) * k_lanes)));
-    }
-};
-#endif
-
 // acc_x += sum over the block's rows j < nb_max of w_x[j] * V[j], rows in order.
 // DV: vectors per V row (head_dim / 16, rounded up).
-template <int MQ, int DV, typename Rows>
-inline void accumulate(v16 * const * acc, const float * const * w, const Rows & v, int nb_max) {
+template <int MQ, int DV>
+inline void accumulate(v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
     v16 a[MQ][DV];
     for (int x = 0; x < MQ; ++x)
         for (int y = 0; y < DV; ++y) a[x][y] = acc[x][y];
     for (int j = 0; j < nb_max; ++j) {
-        v16 vr[DV];
-        for (int y = 0; y < DV; ++y) vr[y] = v.get(j, y);
+        const v16 * vr = vb + size_t(j) * DV;
         for (int x = 0; x < MQ; ++x) {
             const float wx = w[x][j];
             for (int y = 0; y < DV; ++y) a[x][y] += wx * vr[y];
@@ -128,59 +108,103 @@ inline void accumulate(v16 * const * acc, const float * const * w, const Rows & 
         for (int y = 0; y < DV; ++y) acc[x][y] = a[x][y];
 }
 
-// accumulate() for mq <= k_mq vectors and a run-time dv: register tiles up to 16 accumulators,
-// each row read once for as many vectors as fit (every accumulator's sum is the same sequence
-// of operations however the vectors are grouped).
-template <int DV, typename Rows>
-void accumulate_n(int mq, v16 * const * acc, const float * const * w, const Rows & v, int nb_max) {
-    static_assert(k_mq == 4, "tiles of up to 4 query vectors");
-    if constexpr (DV <= 4) {
-        switch (mq) {
-            case 4:
-                return accumulate<4, DV>(acc, w, v, nb_max);
-            case 3:
-                return accumulate<3, DV>(acc, w, v, nb_max);
-            case 2:
-                return accumulate<2, DV>(acc, w, v, nb_max);
-            default:
-                return accumulate<1, DV>(acc, w, v, nb_max);
-        }
-    } else {
-        constexpr int G = DV <= 8 ? 2 : 1;
-        int x = 0;
-        for (; x + G <= mq; x += G) accumulate<G, DV>(acc + x, w + x, v, nb_max);
-        for (; x < mq; ++x) accumulate<1, DV>(acc + x, w + x, v, nb_max);
-    }
+// accumulate() for mq vectors and a run-time dv: register tiles up to 16 accumulators.
+template <int DV>
+void accumulate_n(int mq, v16 * const * acc, const float * const * w, const v16 * vb, int nb_max) {
+    constexpr int G = DV <= 4 ? 4 : DV <= 8 ? 2 : 1;
+    int x = 0;
+    for (; x + G <= mq; x += G) accumulate<G, DV>(acc + x, w + x, vb, nb_max);
+    for (; x < mq; ++x) accumulate<1, DV>(acc + x, w + x, vb, nb_max);
 }
 
-template <typename Rows>
-void accumulate_any(int mq, int dv, v16 * const * acc, const float * const * w, const Rows & v, int nb_max) {
+[[gnu::always_inline]] inline void accumulate_any(int mq, int dv, v16 * const * acc, const float * const * w,
+                                                  const v16 * vb, int nb_max) {
     switch (dv) {
         case 1:
-            return accumulate_n<1>(mq, acc, w, v, nb_max);
+            return accumulate_n<1>(mq, acc, w, vb, nb_max);
         case 2:
-            return accumulate_n<2>(mq, acc, w, v, nb_max);
+            return accumulate_n<2>(mq, acc, w, vb, nb_max);
         case 3:
-            return accumulate_n<3>(mq, acc, w, v, nb_max);
+            return accumulate_n<3>(mq, acc, w, vb, nb_max);
         case 4:
-            return accumulate_n<4>(mq, acc, w, v, nb_max);
+            return accumulate_n<4>(mq, acc, w, vb, nb_max);
         case 5:
-            return accumulate_n<5>(mq, acc, w, v, nb_max);
+            return accumulate_n<5>(mq, acc, w, vb, nb_max);
         case 6:
-            return accumulate_n<6>(mq, acc, w, v, nb_max);
+            return accumulate_n<6>(mq, acc, w, vb, nb_max);
         case 7:
-            return accumulate_n<7>(mq, acc, w, v, nb_max);
+            return accumulate_n<7>(mq, acc, w, vb, nb_max);
         case 8:
-            return accumulate_n<8>(mq, acc, w, v, nb_max);
+            return accumulate_n<8>(mq, acc, w, vb, nb_max);
+        case 16:  // head_dim 256 (gemma3): one vector's 16 accumulators in registers
+            return accumulate_n<16>(mq, acc, w, vb, nb_max);
         default:
             break;
     }
-    for (int j = 0; j < nb_max; ++j)  // head_dim > 128: the plain loop, same order
+    for (int j = 0; j < nb_max; ++j) {  // head_dim > 128: the plain loop, same order
+        const v16 * vr = vb + size_t(j) * dv;
         for (int x = 0; x < mq; ++x)
-            for (int y = 0; y < dv; ++y) acc[x][y] += w[x][j] * v.get(j, y);
+            for (int y = 0; y < dv; ++y) acc[x][y] += w[x][j] * vr[y];
+    }
 }
 
-void score_any(int mq, const v16 * kt, const float * const * q, int d, v16 (&s)[k_mq][k_kv]) {
+#if defined(__AVX512F__)
+// accumulate() over F16 V rows read where they are stored ([rows][d], d = 16 DV), each vector
+// converted as it is read (the same floats as a converted block): a decode, which would
+// otherwise convert and store each row only to load it back once. Every vector of a row is read
+// once for the MQ query vectors.
+template <int MQ, int DV>
+inline void accumulate_half(v16 * const * acc, const float * const * w, const ggml_fp16_t * rows, int nb_max) {
+    v16 a[MQ][DV];
+    for (int x = 0; x < MQ; ++x)
+        for (int y = 0; y < DV; ++y) a[x][y] = acc[x][y];
+    for (int j = 0; j < nb_max; ++j) {
+        v16 vr[DV];
+        for (int y = 0; y < DV; ++y)
+            vr[y] = (v16)_mm512_cvtph_ps(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i *>(rows + size_t(j) * DV * k_lanes + size_t(y) * k_lanes)));
+        for (int x = 0; x < MQ; ++x) {
+            const float wx = w[x][j];
+            for (int y = 0; y < DV; ++y) a[x][y] += wx * vr[y];
+        }
+    }
+    for (int x = 0; x < MQ; ++x)
+        for (int y = 0; y < DV; ++y) acc[x][y] = a[x][y];
+}
+
+template <int DV>
+void accumulate_half_n(int mq, v16 * const * acc, const float * const * w, const ggml_fp16_t * rows, int nb_max) {
+    static_assert(k_mq == 4 && DV <= 4, "one register tile: up to 4 query vectors of up to 4 vectors");
+    switch (mq) {
+        case 4:
+            return accumulate_half<4, DV>(acc, w, rows, nb_max);
+        case 3:
+            return accumulate_half<3, DV>(acc, w, rows, nb_max);
+        case 2:
+            return accumulate_half<2, DV>(acc, w, rows, nb_max);
+        default:
+            return accumulate_half<1, DV>(acc, w, rows, nb_max);
+    }
+}
+
+// rows: the block's first F16 V row; d = 16 dv, dv <= 4 (half_rows()).
+void accumulate_half_any(int mq, int dv, v16 * const * acc, const float * const * w, const ggml_fp16_t * rows,
+                         int nb_max) {
+    switch (dv) {
+        case 1:
+            return accumulate_half_n<1>(mq, acc, w, rows, nb_max);
+        case 2:
+            return accumulate_half_n<2>(mq, acc, w, rows, nb_max);
+        case 3:
+            return accumulate_half_n<3>(mq, acc, w, rows, nb_max);
+        default:
+            return accumulate_half_n<4>(mq, acc, w, rows, nb_max);
+    }
+}
+#endif
+
+[[gnu::always_inline]] inline void score_any(int mq, const v16 * kt, const float * const * q, int d,
+                                             v16 (&s)[k_mq][k_kv]) {
     switch (mq) {
         case 1:
             return score_tile<1>(kt, q, d, s);
@@ -331,15 +355,61 @@ void convert_block(const Segment & sg, int d, int64_t b, int64_t end, float * kt
     }
 }
 
-// Whether compute() reads a segment's V rows in place (HalfRows) instead of converting them.
+// Whether compute() reads a segment's V rows in place (accumulate_half: F16, head_dim 16, 32, 48 or
+// 64) instead of converting them.
 bool half_rows(const Segment & sg, int d) {
 #if defined(__AVX512F__)
-    return sg.v_type == GGML_TYPE_F16 && d % k_lanes == 0;
+    return sg.v_type == GGML_TYPE_F16 && d % k_lanes == 0 && d <= 4 * k_lanes;
 #else
     (void)sg, (void)d;
     return false;
 #endif
 }
+
+#if defined(__AVX512F__)
+// score_tile's scores of MQ query vectors against a whole block of F16 K rows read where they are
+// stored (kb: the block's first row, kr bytes apart; d a multiple of 16): each 16 x 16 tile is
+// transposed in registers and used there, with no float32 copy of the block. Every score is the
+// same FMA chain over d in order as score_tile's. Prefetches the K and V rows ahead as
+// convert_block does (vrows: the block's first V row, vr bytes apart).
+template <int MQ>
+void score_in_place(const uint8_t * kb, size_t kr, const uint8_t * vrows, size_t vr, const float * const * q, int d,
+                    v16 (&s)[k_mq][k_kv]) {
+    for (int y = 0; y < k_kv; ++y) {
+        const uint8_t * rows = kb + size_t(y) * k_lanes * kr;
+        for (size_t off = 0; off < k_lanes * kr; off += 64) prefetch_rows(rows + off);
+        for (size_t off = 0; off < k_lanes * vr; off += 64) prefetch_rows(vrows + size_t(y) * k_lanes * vr + off);
+        // explicit FMAs: written as t += q * k in this unrolled loop, -ffast-math lets the compiler
+        // split the chain into partial sums (other bits than score_tile's loop)
+        __m512 t[MQ];
+        for (int x = 0; x < MQ; ++x) t[x] = _mm512_setzero_ps();
+        for (int e0 = 0; e0 < d; e0 += k_lanes) {
+            __m512 r[16];
+            for (int i = 0; i < 16; ++i)
+                r[i] = _mm512_cvtph_ps(
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rows + size_t(i) * kr) + e0 / k_lanes));
+            transpose16(r);
+            for (int e = 0; e < 16; ++e)
+                for (int x = 0; x < MQ; ++x) t[x] = _mm512_fmadd_ps(_mm512_set1_ps(q[x][e0 + e]), r[e], t[x]);
+        }
+        for (int x = 0; x < MQ; ++x) s[x][y] = (v16)t[x];
+    }
+}
+
+void score_in_place_any(int mq, const uint8_t * kb, size_t kr, const uint8_t * vrows, size_t vr,
+                        const float * const * q, int d, v16 (&s)[k_mq][k_kv]) {
+    switch (mq) {
+        case 1:
+            return score_in_place<1>(kb, kr, vrows, vr, q, d, s);
+        case 2:
+            return score_in_place<2>(kb, kr, vrows, vr, q, d, s);
+        case 3:
+            return score_in_place<3>(kb, kr, vrows, vr, q, d, s);
+        default:
+            return score_in_place<4>(kb, kr, vrows, vr, q, d, s);
+    }
+}
+#endif
 
 // The converted blocks start at the first 64-byte boundary of the buffer (vector loads).
 template <typename T>
@@ -448,8 +518,10 @@ std::pair<const Segment *, int32_t> Problem::chunk_run(int32_t g, int32_t c) con
 // One function on purpose (longer than the usual 80 lines): the unit's score tile s[][]
 // and its running maxima stay in registers across the block loop, and the fixed order of
 // operations that makes the result invariant is visible in one place.
-void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
-             int nth, const float * pre) {
+namespace {
+
+[[gnu::noinline]] void compute_tiles(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride,
+                                     float * partial, int ith, int nth, const float * pre) {
     const int d = p.head_dim;
     const int dv = (d + k_lanes - 1) / k_lanes;  // vectors per V row
     const int group = p.n_head / p.n_head_kv;
@@ -511,17 +583,13 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
             // their values, which only masked lanes and zero weights ever meet), or here
             const v16 * ktv = sc.kt.data();
             const v16 * vbv = sc.vb.data();
-            // F16 V rows read in place (AVX-512, whole vectors per row) where one micro-tile
-            // holds every query vector (a decode with a GQA group up to k_mq: each row read
-            // once): not converted here
-            const bool v_in_place = !pre && nv <= k_mq && half_rows(sg, d);
             if (pre) {
                 const float * blk = pre + (int64_t(g) * n_pre_blocks + (pre_base + b) / k_block) * pre_block;
                 ktv = reinterpret_cast<const v16 *>(blk);
                 vbv = reinterpret_cast<const v16 *>(blk + int64_t(d) * k_block);
             } else {
                 convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt.data()),
-                              v_in_place ? nullptr : reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
+                              reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
             }
             int na = 0;
             for (int t = 0; t < nv; ++t)
@@ -563,14 +631,7 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                     accs[x] = acc;
                     ws[x] = sx;
                 }
-#if defined(__AVX512F__)
-                if (v_in_place) {
-                    accumulate_any(mq, dv, accs, ws,
-                                   HalfRows{static_cast<const ggml_fp16_t *>(sg.v) + size_t(b) * d, d}, nb_max);
-                    continue;
-                }
-#endif
-                accumulate_any(mq, dv, accs, ws, FloatRows{vbv, dv}, nb_max);
+                accumulate_any(mq, dv, accs, ws, vbv, nb_max);
             }
         }
         int t = 0;
@@ -582,6 +643,116 @@ void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t 
                 o[d + 1] = sc.l[t];
             }
     }
+}
+
+// One query vector's step over a block (compute_tiles' loop body, in the same order): the
+// scores scaled and masked to lanes [na0, nb), the running max and sum and the accumulator
+// rescaled, the scores turned into weights in place.
+inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m, float & l, v16 * acc, int dv) {
+    float * w = reinterpret_cast<float *>(sx);
+    const float mb = scale_mask_max(sx, na0, nb, scale);
+    if (mb > m && m == k_no_max) {
+        m = mb;
+    } else if (mb > m) {
+        const float f = std::exp(m - mb);
+        l *= f;
+        for (int y = 0; y < dv; ++y) acc[y] *= f;
+        m = mb;
+    }
+    for (int j = 0; j < k_block; ++j) w[j] = std::exp(std::max(w[j] - m, k_exp_floor));
+    for (int j = 0; j < na0; ++j) w[j] = 0.0f;
+    for (int j = nb; j < k_block; ++j) w[j] = 0.0f;
+    l += sum_block(sx);
+}
+
+// compute() for a decode: one query row whose GQA group fits one micro-tile, no blocks converted
+// ahead; F16 rows are read where they are stored (K: score_in_place for whole blocks; V:
+// accumulate_half, head_dim up to 64) instead of being converted into the scratch. The same
+// operations in the same order as compute_tiles (the same bits, tested). A function of its own:
+// the prefill's loop in compute_tiles ran 3-5% slower on gemma3-270m (head_dim 256) with these
+// paths inside it (AMD EPYC Zen 5, GCC 12).
+[[gnu::noinline]] void compute_decode(const Problem & p, const float * q, int64_t q_head_stride, float * partial,
+                                      int ith, int nth) {
+    const int d = p.head_dim;
+    const int dv = (d + k_lanes - 1) / k_lanes;
+    const int group = p.n_head / p.n_head_kv;
+    const int32_t n_chunks = p.n_chunks();
+    const int64_t chunk_stride = int64_t(p.n_head) * (d + 2);
+    thread_local Scratch sc;
+    sc.kt.assign(size_t(d) * k_kv, v16{});
+    sc.vb.assign(size_t(k_block) * dv, v16{});
+    sc.acc.resize(size_t(group) * dv);
+    sc.row.resize(size_t(dv) * k_lanes);
+    float m[k_mq], l[k_mq];
+    const float * qs[k_mq];
+    v16 * accs[k_mq];
+    const float * ws[k_mq];
+    const auto [u_begin, u_end] = unit_range(p, ith, nth);
+    for (int64_t u = u_begin; u < u_end; ++u) {
+        const int32_t c = int32_t(u % n_chunks);
+        const int32_t g = int32_t((u / n_chunks) % p.n_head_kv);
+        const auto [run, cl] = p.chunk_run(g, c);
+        const Segment & sg = *run;
+        const int64_t r0 = std::min(sg.n, cl * p.chunk_rows);
+        const int64_t vis = std::upper_bound(sg.pos, sg.pos + sg.n, p.q_pos[0]) - sg.pos;
+        const int64_t lo = p.window > 0 ? std::upper_bound(sg.pos, sg.pos + sg.n, p.q_pos[0] - p.window) - sg.pos : 0;
+        const int64_t start = std::max(r0, lo);
+        const int64_t lim = std::max(start, std::min(vis, (cl + 1) * p.chunk_rows));
+        const int64_t r_end = std::max(r0, lim);
+        const int64_t r_begin = lim > start ? start : std::min(sg.n, (cl + 1) * p.chunk_rows);
+        for (int x = 0; x < group; ++x) {
+            qs[x] = q + (int64_t(g) * group + x) * q_head_stride;
+            accs[x] = &sc.acc[size_t(x) * dv];
+            std::fill(accs[x], accs[x] + dv, v16{});
+            m[x] = k_no_max;
+            l[x] = 0.0f;
+        }
+        const bool v_in_place = half_rows(sg, d);
+        for (int64_t b = r0 + (std::max(r0, std::min(r_begin, r_end)) - r0) / k_block * k_block; b < r_end;
+             b += k_block) {
+            if (!(lim > b && start < b + k_block && start < lim)) continue;  // no vector sees the block
+            const bool k_in_place = v_in_place && sg.k_type == GGML_TYPE_F16 && r_end - b >= k_block;
+            if (!k_in_place)
+                convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt.data()),
+                              v_in_place ? nullptr : reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
+            v16 s[k_mq][k_kv];
+#if defined(__AVX512F__)
+            if (k_in_place)
+                score_in_place_any(group, static_cast<const uint8_t *>(sg.k) + size_t(b) * d * 2, size_t(d) * 2,
+                                   static_cast<const uint8_t *>(sg.v) + size_t(b) * d * 2, size_t(d) * 2, qs, d, s);
+            else
+#endif
+                score_any(group, sc.kt.data(), qs, d, s);
+            const int nb = int(std::min<int64_t>(k_block, lim - b));
+            const int na0 = int(std::max<int64_t>(0, start - b));
+            for (int x = 0; x < group; ++x) {
+                weigh_block(s[x], na0, nb, p.scale, m[x], l[x], accs[x], dv);
+                ws[x] = reinterpret_cast<const float *>(s[x]);
+            }
+#if defined(__AVX512F__)
+            if (v_in_place) {
+                accumulate_half_any(group, dv, accs, ws, static_cast<const ggml_fp16_t *>(sg.v) + size_t(b) * d, nb);
+                continue;
+            }
+#endif
+            accumulate_any(group, dv, accs, ws, sc.vb.data(), nb);
+        }
+        for (int x = 0; x < group; ++x) {
+            float * o = partial + c * chunk_stride + (int64_t(g) * group + x) * (d + 2);
+            std::memcpy(o, accs[x], size_t(d) * sizeof(float));
+            o[d] = m[x];
+            o[d + 1] = l[x];
+        }
+    }
+}
+
+}  // namespace
+
+void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
+             int nth, const float * pre) {
+    if (!pre && p.n_q == 1 && p.n_head / p.n_head_kv <= k_mq)
+        return compute_decode(p, q, q_head_stride, partial, ith, nth);
+    compute_tiles(p, q, q_head_stride, q_row_stride, partial, ith, nth, pre);
 }
 
 void merge(const Problem & p, const float * partial, float * out, int ith, int nth) {
