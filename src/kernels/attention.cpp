@@ -22,8 +22,9 @@ constexpr float k_exp_floor = -87.0f;  // expf(-87) = 1.6e-38, the smallest norm
 constexpr int k_lanes = 16;            // floats per vector
 constexpr int k_block = 64;            // key rows scored per block (k_kv vectors of keys)
 constexpr int k_kv = k_block / k_lanes;
-constexpr int k_tile = 16;  // query rows per work unit
-constexpr int k_mq = 4;     // query vectors per micro-tile
+constexpr int k_tile = 16;               // query rows per work unit
+constexpr int k_mq = 4;                  // query vectors per micro-tile
+constexpr int k_decode_vecs = 2 * k_mq;  // query vectors of a decode's own loop (compute_decode)
 
 // GCC/Clang vector extension: AVX-512 with -march=native on such CPUs, pairs of AVX2
 // registers elsewhere. Operations between a vector and a scalar broadcast the scalar.
@@ -374,7 +375,7 @@ bool half_rows(const Segment & sg, int d) {
 // convert_block does (vrows: the block's first V row, vr bytes apart).
 template <int MQ>
 void score_in_place(const uint8_t * kb, size_t kr, const uint8_t * vrows, size_t vr, const float * const * q, int d,
-                    v16 (&s)[k_mq][k_kv]) {
+                    v16 (*s)[k_kv]) {
     for (int y = 0; y < k_kv; ++y) {
         const uint8_t * rows = kb + size_t(y) * k_lanes * kr;
         for (size_t off = 0; off < k_lanes * kr; off += 64) prefetch_rows(rows + off);
@@ -396,8 +397,9 @@ void score_in_place(const uint8_t * kb, size_t kr, const uint8_t * vrows, size_t
     }
 }
 
+// mq <= k_decode_vecs vectors: one transposed tile serves them all.
 void score_in_place_any(int mq, const uint8_t * kb, size_t kr, const uint8_t * vrows, size_t vr,
-                        const float * const * q, int d, v16 (&s)[k_mq][k_kv]) {
+                        const float * const * q, int d, v16 (*s)[k_kv]) {
     switch (mq) {
         case 1:
             return score_in_place<1>(kb, kr, vrows, vr, q, d, s);
@@ -405,8 +407,16 @@ void score_in_place_any(int mq, const uint8_t * kb, size_t kr, const uint8_t * v
             return score_in_place<2>(kb, kr, vrows, vr, q, d, s);
         case 3:
             return score_in_place<3>(kb, kr, vrows, vr, q, d, s);
-        default:
+        case 4:
             return score_in_place<4>(kb, kr, vrows, vr, q, d, s);
+        case 5:
+            return score_in_place<5>(kb, kr, vrows, vr, q, d, s);
+        case 6:
+            return score_in_place<6>(kb, kr, vrows, vr, q, d, s);
+        case 7:
+            return score_in_place<7>(kb, kr, vrows, vr, q, d, s);
+        default:
+            return score_in_place<8>(kb, kr, vrows, vr, q, d, s);
     }
 }
 #endif
@@ -665,8 +675,9 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
     l += sum_block(sx);
 }
 
-// compute() for a decode: one query row whose GQA group fits one micro-tile, no blocks converted
-// ahead; F16 rows are read where they are stored (K: score_in_place for whole blocks; V:
+// compute() for a decode: one query row whose GQA group fits two micro-tiles (up to
+// k_decode_vecs query heads per KV head), no blocks converted ahead. F16 rows are read where they
+// are stored (K: score_in_place for whole blocks, one transposed tile for the whole group; V:
 // accumulate_half, head_dim up to 64) instead of being converted into the scratch. The same
 // operations in the same order as compute_tiles (the same bits, tested). A function of its own:
 // the prefill's loop in compute_tiles ran 3-5% slower on gemma3-270m (head_dim 256) with these
@@ -683,10 +694,10 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
     sc.vb.assign(size_t(k_block) * dv, v16{});
     sc.acc.resize(size_t(group) * dv);
     sc.row.resize(size_t(dv) * k_lanes);
-    float m[k_mq], l[k_mq];
-    const float * qs[k_mq];
-    v16 * accs[k_mq];
-    const float * ws[k_mq];
+    float m[k_decode_vecs], l[k_decode_vecs];
+    const float * qs[k_decode_vecs];
+    v16 * accs[k_decode_vecs];
+    const float * ws[k_decode_vecs];
     const auto [u_begin, u_end] = unit_range(p, ith, nth);
     for (int64_t u = u_begin; u < u_end; ++u) {
         const int32_t c = int32_t(u % n_chunks);
@@ -715,27 +726,33 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
             if (!k_in_place)
                 convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt.data()),
                               v_in_place ? nullptr : reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
-            v16 s[k_mq][k_kv];
+            v16 s[k_decode_vecs][k_kv];
 #if defined(__AVX512F__)
             if (k_in_place)
                 score_in_place_any(group, static_cast<const uint8_t *>(sg.k) + size_t(b) * d * 2, size_t(d) * 2,
                                    static_cast<const uint8_t *>(sg.v) + size_t(b) * d * 2, size_t(d) * 2, qs, d, s);
             else
 #endif
-                score_any(group, sc.kt.data(), qs, d, s);
+                for (int a0 = 0; a0 < group; a0 += k_mq)
+                    score_any(std::min(k_mq, group - a0), sc.kt.data(), qs + a0, d,
+                              *reinterpret_cast<v16(*)[k_mq][k_kv]>(s + a0));
             const int nb = int(std::min<int64_t>(k_block, lim - b));
             const int na0 = int(std::max<int64_t>(0, start - b));
             for (int x = 0; x < group; ++x) {
                 weigh_block(s[x], na0, nb, p.scale, m[x], l[x], accs[x], dv);
                 ws[x] = reinterpret_cast<const float *>(s[x]);
             }
+            for (int a0 = 0; a0 < group; a0 += k_mq) {  // micro-tiles of k_mq vectors
+                const int mq = std::min(k_mq, group - a0);
 #if defined(__AVX512F__)
-            if (v_in_place) {
-                accumulate_half_any(group, dv, accs, ws, static_cast<const ggml_fp16_t *>(sg.v) + size_t(b) * d, nb);
-                continue;
-            }
+                if (v_in_place) {
+                    accumulate_half_any(mq, dv, accs + a0, ws + a0,
+                                        static_cast<const ggml_fp16_t *>(sg.v) + size_t(b) * d, nb);
+                    continue;
+                }
 #endif
-            accumulate_any(group, dv, accs, ws, sc.vb.data(), nb);
+                accumulate_any(mq, dv, accs + a0, ws + a0, sc.vb.data(), nb);
+            }
         }
         for (int x = 0; x < group; ++x) {
             float * o = partial + c * chunk_stride + (int64_t(g) * group + x) * (d + 2);
@@ -750,7 +767,7 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
 
 void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
              int nth, const float * pre) {
-    if (!pre && p.n_q == 1 && p.n_head / p.n_head_kv <= k_mq)
+    if (!pre && p.n_q == 1 && p.n_head / p.n_head_kv <= k_decode_vecs)
         return compute_decode(p, q, q_head_stride, partial, ith, nth);
     compute_tiles(p, q, q_head_stride, q_row_stride, partial, ith, nth, pre);
 }
