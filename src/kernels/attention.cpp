@@ -518,6 +518,32 @@ std::pair<const Segment *, int32_t> Problem::chunk_run(int32_t g, int32_t c) con
                   : std::pair<const Segment *, int32_t>(&seg[g], c - lc);
 }
 
+namespace {
+
+// One query vector's step over a block: the scores scaled and masked to lanes [na0, nb), the
+// running max m and sum l and the accumulator rescaled, the scores turned into weights in place
+// (exp's argument floored where expf stays normal: below, the vector expf leaves its fast path
+// for a scalar call per lane; masked lanes hold k_no_max and are zeroed next; a weight under
+// 2^-125 of the row's largest changes no sum). The first block has nothing to rescale (and no
+// exp of -FLT_MAX to underflow).
+inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m, float & l, v16 * acc, int dv) {
+    float * w = reinterpret_cast<float *>(sx);
+    const float mb = scale_mask_max(sx, na0, nb, scale);
+    if (mb > m && m == k_no_max) {
+        m = mb;
+    } else if (mb > m) {
+        const float f = std::exp(m - mb);
+        l *= f;
+        for (int y = 0; y < dv; ++y) acc[y] *= f;
+        m = mb;
+    }
+    const float mt = m;  // a local: the weights' stores could alias m and keep the exp loop scalar
+    for (int j = 0; j < k_block; ++j) w[j] = std::exp(std::max(w[j] - mt, k_exp_floor));
+    for (int j = 0; j < na0; ++j) w[j] = 0.0f;
+    for (int j = nb; j < k_block; ++j) w[j] = 0.0f;
+    l += sum_block(sx);
+}
+
 // A work unit is (tile of query rows, KV head, chunk of key rows). Each 64-row block of
 // the chunk is converted to float32 once and reused by all the unit's query vectors
 // (its rows times the heads of the GQA group), four at a time. The arithmetic of one
@@ -528,8 +554,6 @@ std::pair<const Segment *, int32_t> Problem::chunk_run(int32_t g, int32_t c) con
 // One function on purpose (longer than the usual 80 lines): the unit's score tile s[][]
 // and its running maxima stay in registers across the block loop, and the fixed order of
 // operations that makes the result invariant is visible in one place.
-namespace {
-
 [[gnu::noinline]] void compute_tiles(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride,
                                      float * partial, int ith, int nth, const float * pre) {
     const int d = p.head_dim;
@@ -618,28 +642,10 @@ namespace {
                     const int nb = int(std::min<int64_t>(k_block, visible[t] - b));
                     const int na0 = int(std::max<int64_t>(0, first[t] - b));  // lanes before the window
                     nb_max = std::max(nb_max, nb);
-                    float * sx = reinterpret_cast<float *>(s[x]);
-                    const float mb = scale_mask_max(s[x], na0, nb, p.scale);
                     v16 * acc = &sc.acc[size_t(t) * dv];
-                    if (mb > sc.m[t] && sc.m[t] == k_no_max) {
-                        sc.m[t] = mb;  // the first block: nothing to rescale (and no exp of -FLT_MAX to underflow)
-                    } else if (mb > sc.m[t]) {
-                        const float f = std::exp(sc.m[t] - mb);
-                        sc.l[t] *= f;
-                        for (int w = 0; w < dv; ++w) acc[w] *= f;
-                        sc.m[t] = mb;
-                    }
-                    const float mt = sc.m[t];
-                    // exp's argument floored where expf stays normal: below, the vector expf
-                    // leaves its fast path for a scalar call per lane (masked lanes hold
-                    // k_no_max; they are zeroed next); a weight under 2^-125 of the row's
-                    // largest changes no sum
-                    for (int j = 0; j < k_block; ++j) sx[j] = std::exp(std::max(sx[j] - mt, k_exp_floor));
-                    for (int j = 0; j < na0; ++j) sx[j] = 0.0f;
-                    for (int j = nb; j < k_block; ++j) sx[j] = 0.0f;
-                    sc.l[t] += sum_block(s[x]);
+                    weigh_block(s[x], na0, nb, p.scale, sc.m[t], sc.l[t], acc, dv);
                     accs[x] = acc;
-                    ws[x] = sx;
+                    ws[x] = reinterpret_cast<const float *>(s[x]);
                 }
                 accumulate_any(mq, dv, accs, ws, vbv, nb_max);
             }
@@ -653,26 +659,6 @@ namespace {
                 o[d + 1] = sc.l[t];
             }
     }
-}
-
-// One query vector's step over a block (compute_tiles' loop body, in the same order): the
-// scores scaled and masked to lanes [na0, nb), the running max and sum and the accumulator
-// rescaled, the scores turned into weights in place.
-inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m, float & l, v16 * acc, int dv) {
-    float * w = reinterpret_cast<float *>(sx);
-    const float mb = scale_mask_max(sx, na0, nb, scale);
-    if (mb > m && m == k_no_max) {
-        m = mb;
-    } else if (mb > m) {
-        const float f = std::exp(m - mb);
-        l *= f;
-        for (int y = 0; y < dv; ++y) acc[y] *= f;
-        m = mb;
-    }
-    for (int j = 0; j < k_block; ++j) w[j] = std::exp(std::max(w[j] - m, k_exp_floor));
-    for (int j = 0; j < na0; ++j) w[j] = 0.0f;
-    for (int j = nb; j < k_block; ++j) w[j] = 0.0f;
-    l += sum_block(sx);
 }
 
 // compute() for a decode: one query row whose GQA group fits two micro-tiles (up to
