@@ -169,7 +169,8 @@ private:
         for (int h = 0; h < hp_.n_head_kv; ++h) w->first.push_back(cache_.offset(il, h) + n_past_[il][h]);
         ggml_tensor * args[2] = {k, v};
         ggml_tensor * op =
-            ggml_custom_4d(ctx_, GGML_TYPE_F32, 1, 1, 1, 1, args, 2, op_write, GGML_N_TASKS_MAX, w.get());
+            ggml_set_name(ggml_custom_4d(ctx_, GGML_TYPE_F32, 1, 1, 1, 1, args, 2, op_write, GGML_N_TASKS_MAX, w.get()),
+                          "cache write");
         writes_.push_back(std::move(w));
         ggml_build_forward_expand(gf_, op);
         return {op};

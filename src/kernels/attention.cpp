@@ -812,15 +812,18 @@ ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, cons
     if (converts_ahead(*p)) {  // K and V in float32 once, before the units that read them
         std::vector<ggml_tensor *> cdeps(deps.begin(), deps.begin() + std::min<size_t>(deps.size(), GGML_MAX_SRC));
         if (cdeps.empty()) cdeps.push_back(q);  // a custom op needs a source
-        args.push_back(ggml_custom_4d(ctx, GGML_TYPE_F32, converted_floats(*p), 1, 1, 1, cdeps.data(),
-                                      int(cdeps.size()), op_convert, GGML_N_TASKS_MAX, ud));
+        args.push_back(ggml_set_name(ggml_custom_4d(ctx, GGML_TYPE_F32, converted_floats(*p), 1, 1, 1, cdeps.data(),
+                                                    int(cdeps.size()), op_convert, GGML_N_TASKS_MAX, ud),
+                                     "attention convert"));
     }
     for (ggml_tensor * t : deps)
         if (args.size() < GGML_MAX_SRC) args.push_back(t);
     ggml_tensor * part = ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim + 2, p->n_head, p->n_q, p->n_chunks(),
                                         args.data(), int(args.size()), op_compute, GGML_N_TASKS_MAX, ud);
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim, p->n_head, p->n_q, 1, &part, 1, op_merge, GGML_N_TASKS_MAX,
-                          ud);
+    ggml_set_name(part, "attention");
+    return ggml_set_name(
+        ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim, p->n_head, p->n_q, 1, &part, 1, op_merge, GGML_N_TASKS_MAX, ud),
+        "attention merge");
 }
 
 }  // namespace kvlab::kernels::attn

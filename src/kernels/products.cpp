@@ -105,23 +105,32 @@ void op_direct(ggml_tensor * dst, int ith, int nth, void * ud) {
     run_product(k, w, packed.data(), M, dst, ith, nth);
 }
 
+// Nodes are named after what they compute, the weight's name and type for a product ("product q5_0
+// blk.3.ffn_down.weight"): graph dumps and `kvlab profile` show them.
 ggml_tensor * pack_node(ggml_context * ctx, const ProductKernel & k, ggml_tensor * x) {
     ggml_tensor * src[1] = {x};
-    return ggml_custom_4d(ctx, GGML_TYPE_I8, int64_t(k.packed_bytes(x->ne[0], x->ne[1])), 1, 1, 1, src, 1, op_pack,
-                          GGML_N_TASKS_MAX, userdata(k));
+    return ggml_format_name(ggml_custom_4d(ctx, GGML_TYPE_I8, int64_t(k.packed_bytes(x->ne[0], x->ne[1])), 1, 1, 1, src,
+                                           1, op_pack, GGML_N_TASKS_MAX, userdata(k)),
+                            "pack %s", k.name);
+}
+
+ggml_tensor * named_product(ggml_tensor * node, const ggml_tensor * w) {
+    return ggml_format_name(node, "product %s %s", ggml_type_name(w->type), w->name);
 }
 
 ggml_tensor * product_node(ggml_context * ctx, const ProductKernel & k, ggml_tensor * w, ggml_tensor * packed,
                            ggml_tensor * x) {
     ggml_tensor * src[3] = {w, packed, x};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, src, 3, op_product, GGML_N_TASKS_MAX,
-                          userdata(k));
+    return named_product(
+        ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, src, 3, op_product, GGML_N_TASKS_MAX, userdata(k)),
+        w);
 }
 
 ggml_tensor * direct_node(ggml_context * ctx, const ProductKernel & k, ggml_tensor * w, ggml_tensor * x) {
     ggml_tensor * src[2] = {w, x};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, src, 2, op_direct, GGML_N_TASKS_MAX,
-                          userdata(k));
+    return named_product(
+        ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, src, 2, op_direct, GGML_N_TASKS_MAX, userdata(k)),
+        w);
 }
 
 bool plain_operands(const ggml_tensor * w, const ggml_tensor * x) {
@@ -178,8 +187,9 @@ ggml_tensor * get_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * ids, c
     if (ids->type != GGML_TYPE_I32 || ggml_n_dims(ids) != 1)
         throw Error("internal", std::string("[products] rows of ") + w->name + ": ids must be an I32 vector");
     ggml_tensor * src[2] = {w, ids};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[0], ids->ne[0], 1, 1, src, 2, op_panel_rows, GGML_N_TASKS_MAX,
-                          nullptr);
+    return ggml_format_name(ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[0], ids->ne[0], 1, 1, src, 2, op_panel_rows,
+                                           GGML_N_TASKS_MAX, nullptr),
+                            "rows %s", w->name);
 }
 
 ggml_tensor * mul_mat(ggml_context * ctx, Products products, ggml_tensor * w, ggml_tensor * x,
