@@ -16,6 +16,8 @@
 
 namespace kvlab {
 
+class OpProfile;  // kvlab/op_profile.h
+
 // Which attention kernel the graphs run.
 //  kvlab: kvlab's float32 kernel on every cache shape (the default). Its result for a
 //         query row never depends on the chunk size, the batch or the thread count, so a
@@ -38,6 +40,8 @@ struct EngineOptions {
     // The row types of the caches new_cache() makes (-ctk / -ctv). The engine attends over
     // a cache of any types, whoever made it.
     CacheTypes cache_types;
+    // Times kvlab's own graph nodes on each thread (`kvlab profile`); not owned, nullptr: none.
+    OpProfile * profile = nullptr;
 };
 
 struct SamplingParams {

@@ -11,6 +11,7 @@
 #include "ggml.h"
 #include "kernels/attention.h"
 #include "kvlab/error.h"
+#include "kvlab/op_profile.h"
 #include "kvlab/sys.h"
 #include "model/arch.h"
 
@@ -403,8 +404,15 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
 
     ggml_backend * be = own_backend_ ? own_backend_.get() : model_.backend();
     if (!own_backend_) model_.refresh_threads();  // -t 0: the CPUs other processes leave idle now
-    const ggml_status st = ggml_backend_graph_compute(be, gf);
-    ggml_backend_synchronize(be);
+    ggml_status st = GGML_STATUS_SUCCESS;
+    const auto run = [&] {
+        st = ggml_backend_graph_compute(be, gf);
+        ggml_backend_synchronize(be);
+    };
+    if (opts_.profile)
+        opts_.profile->measure(gf, own_backend_ ? opts_.n_threads : model_.n_threads(), n, run);
+    else
+        run();
     if (st != GGML_STATUS_SUCCESS) throw Error("engine", "graph computation failed");
     if (logits_out) ggml_backend_tensor_get(logits, logits_out, 0, ggml_nbytes(logits));
     if (observe) {
