@@ -763,7 +763,8 @@ void merge(const Problem & p, const float * partial, float * out, int ith, int n
     const int64_t n_rows = int64_t(p.n_q) * p.n_head;
     const int64_t split_stride = n_rows * (d + 2);
     const int32_t n_chunks = p.n_chunks();
-    for (int64_t r = ith; r < n_rows; r += nth) {
+    // a contiguous range of rows per thread: each reads only its own rows' lines of partial
+    for (int64_t r = n_rows * ith / nth, r_end = n_rows * (ith + 1) / nth; r < r_end; ++r) {
         float m = k_no_max;
         for (int s = 0; s < n_chunks; ++s) {
             const float * ps = partial + s * split_stride + r * (d + 2);
