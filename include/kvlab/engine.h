@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml-cpp.h"
@@ -149,12 +150,15 @@ private:
     // Frees its graph context and undoes its commit on any exception.
     void eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out,
               const QueryObserver * observer = nullptr, int64_t tok0 = 0);
+    // Huge pages for the compute buffer when ggml's allocator has made a new one.
+    void advise_compute_buffer(ggml_backend_buffer_t buf);
 
     const Model & model_;
     EngineOptions opts_;
-    ggml_backend_ptr own_backend_;     // with options().n_threads > 0 (else the model's is used)
-    ggml_gallocr_ptr galloc_;          // the compute buffer's allocator
-    std::vector<uint8_t> graph_meta_;  // storage for graph and tensor metadata
+    ggml_backend_ptr own_backend_;             // with options().n_threads > 0 (else the model's is used)
+    ggml_gallocr_ptr galloc_;                  // the compute buffer's allocator
+    std::vector<uint8_t> graph_meta_;          // storage for graph and tensor metadata
+    std::pair<const void *, size_t> advised_;  // the compute buffer given huge-page advice
 };
 
 }  // namespace kvlab

@@ -346,6 +346,18 @@ KvStore Engine::new_cache(int64_t capacity, CacheTypes types) const {
     return KvStore(model_.hparams(), model_.backend(), capacity, types);
 }
 
+// Huge pages for a newly allocated compute buffer, before its pages are touched: a prefill at
+// depth streams megabytes of it per layer (attention's partial results and converted rows), which
+// 4 KiB pages spread over more TLB entries than the CPU has.
+void Engine::advise_compute_buffer(ggml_backend_buffer_t buf) {
+    if (!buf || !ggml_backend_buffer_is_host(buf)) return;
+    void * base = ggml_backend_buffer_get_base(buf);
+    const size_t size = ggml_backend_buffer_get_size(buf);
+    if (base == advised_.first && size == advised_.second) return;
+    advise_huge_pages(base, size);
+    advised_ = {base, size};
+}
+
 uint64_t Engine::compute_bytes() const {
     return ggml_gallocr_get_buffer_size(galloc_.get(), 0);
 }
@@ -396,6 +408,7 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     if (observe && !ggml_gallocr_reserve(galloc_.get(), gf))
         throw Error("engine", "could not reserve the compute buffer");
     if (!ggml_gallocr_alloc_graph(galloc_.get(), gf)) throw Error("engine", "could not allocate the compute buffer");
+    advise_compute_buffer(logits->buffer);
 
     ggml_backend_tensor_set(in.tokens, tokens, 0, n * sizeof(int32_t));
     ggml_backend_tensor_set(in.pos, pos.data(), 0, n * sizeof(int32_t));
