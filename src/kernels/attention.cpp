@@ -41,11 +41,21 @@ void to_f32(const ggml_fp16_t * x, float * y, int n) {
 
 float sum_block(const v16 * p) {  // fixed summation tree over the k_block lanes
     v16 t = (p[0] + p[1]) + (p[2] + p[3]);
+#if defined(__AVX512F__)
+    // the tree below in registers: lanes i + 8, i + 4, i + 2, i + 1 added to lane i, as there
+    const __m512 v = (__m512)t;
+    const __m256 h8 =
+        _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    h4 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h4, _mm_movehdup_ps(h4)));
+#else
     float s[k_lanes];
     std::memcpy(s, &t, sizeof(s));
     for (int w = k_lanes / 2; w >= 1; w /= 2)
         for (int i = 0; i < w; ++i) s[i] += s[i + w];
     return s[0];
+#endif
 }
 
 // The micro-kernels of one block: MQ query vectors against the k_block keys of a block,
