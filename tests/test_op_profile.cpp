@@ -90,7 +90,7 @@ TEST(OpProfile, SameLogitsAndEveryNodeCounted) {
 // `kvlab profile --json` on two threads: both phases, every op timed on both threads.
 TEST(OpProfile, Command) {
     const auto r = test::run_command("(" + test::kvlab_binary() + " profile " + test::default_model_path() +
-                                     " --context 200 --decode 3 -t 2 --chunk 64 --json 2>/dev/null)");
+                                     " --context 200 --decode 3 -t 2 --chunk 64 --no-warmup --json 2>/dev/null)");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.output;
@@ -111,6 +111,7 @@ TEST(OpProfile, Command) {
         }
     }
     EXPECT_EQ(j["params"]["threads"], 2);
+    EXPECT_FALSE(j["params"]["warmup"].get<bool>());
     EXPECT_TRUE(j["provenance"].contains("model"));
     // bad input: a clear error, not a crash
     const auto bad = test::run_command("(" + test::kvlab_binary() + " profile " + test::default_model_path() +

@@ -19,7 +19,7 @@ struct ProfileArgs {
     int context = 4096, n_decode = 32, threads = 0;
     KernelArgs kernels;
     EngineArgs engine;
-    bool json = false, warmup = true;
+    bool json = false, no_warmup = false;
 };
 
 nlohmann::json to_json(const OpProfile::Phase & ph) {
@@ -83,7 +83,7 @@ int run_profile(const ProfileArgs & a) {
     std::vector<int32_t> toks(size_t(a.context));
     std::uniform_int_distribution<int32_t> dist(0, l.model->hparams().n_vocab - 1);
     for (auto & t : toks) t = dist(rng);
-    if (a.warmup) {  // not counted: the compute buffer grows to the context's size and its pages are touched
+    if (!a.no_warmup) {  // not counted: the compute buffer grows to the context's size and its pages are touched
         std::fprintf(stderr, "[profile] warm-up prefill of %d tokens\n", a.context);
         KvStore c = engine.new_cache(a.context);
         engine.prefill(c, toks);
@@ -111,7 +111,7 @@ int run_profile(const ProfileArgs & a) {
                               {"threads", threads},
                               {"engine", a.engine.to_json()},
                               {"products", a.kernels.products},
-                              {"warmup", a.warmup},
+                              {"warmup", !a.no_warmup},
                               {"note",
                                "busy: a thread computing in a kvlab node; wait: the same thread at the barrier after "
                                "it until the slowest thread left the node; other: the graphs' wall time minus both "
@@ -138,7 +138,7 @@ const CommandRegistrar reg("profile", [](CLI::App & app, int & rc) {
     add_kernel_options(cmd, a->kernels);
     add_engine_options(cmd, a->engine);
     add_json_flag(cmd, a->json, "every phase's per-node, per-thread seconds and the provenance");
-    cmd->add_flag("!--no-warmup", a->warmup,
+    cmd->add_flag("--no-warmup", a->no_warmup,
                   "profile the engine's first prefill (by default a prefill of the same context runs first, not "
                   "counted, as in `kvlab bench`'s later repetitions: the compute buffer grown, its pages touched)");
     cmd->footer(
