@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -52,7 +51,6 @@ private:
     Phase & phase(int n_threads);
     std::string phase_;
     std::vector<Phase> phases_;
-    std::map<std::string, size_t> index_;  // phase name + '\n' + op name -> position in its phase's ops
 };
 
 }  // namespace kvlab

@@ -142,17 +142,15 @@ void OpProfile::measure(ggml_cgraph * gf, int n_threads, int64_t n_tokens, const
             if (s.ran) first = std::min(first, s.begin), last = std::max(last, s.end);
         if (first == Clock::time_point::max()) continue;  // not computed (a node ggml skipped)
         const std::string name = op_name(ggml_get_name(nodes[i]));
-        const std::string key = ph.name + '\n' + name;
-        auto it = index_.find(key);
-        if (it == index_.end()) {
+        auto it = std::find_if(ph.ops.begin(), ph.ops.end(), [&](const Op & o) { return o.name == name; });
+        if (it == ph.ops.end()) {
             Op op;
             op.name = name;
             op.busy_s.assign(size_t(n_threads), 0.0);
             op.wait_s.assign(size_t(n_threads), 0.0);
-            ph.ops.push_back(std::move(op));
-            it = index_.emplace(key, ph.ops.size() - 1).first;
+            it = ph.ops.insert(ph.ops.end(), std::move(op));
         }
-        Op & op = ph.ops[it->second];
+        Op & op = *it;
         op.calls += 1;
         op.wall_s += seconds(last - first);
         for (size_t th = 0; th < sp.size(); ++th) {
