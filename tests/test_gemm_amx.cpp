@@ -1,10 +1,10 @@
-// kvlab's own arithmetic for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K products (kernels/product_amx.cpp): AMX
-// tiles for batches, AVX-512 VNNI below; the K-quants from weights packed into panels. For each type
-// against a plain reference in double over the same quantized values (the error within the bound of
-// its float steps), against ggml's mul_mat (within the sum of both orders' bounds; for the K-quants,
-// whose activations ggml quantizes otherwise (Q8_K), plus both activations' quantization errors),
-// and against itself: every output has the same bits whatever the batch it is part of (tiles or
-// single rows), the padding and the thread count.
+// kvlab's own arithmetic for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K products (kernels/product_amx.cpp and
+// product_vnni.cpp): AMX tiles for batches, AVX-512 VNNI below; the K-quants from weights packed
+// into panels. For each type against a plain reference in double over the same quantized values
+// (the error within the bound of its float steps), against ggml's mul_mat (within the sum of both
+// orders' bounds; for the K-quants, whose activations ggml quantizes otherwise (Q8_K), plus both
+// activations' quantization errors), and against itself: every output has the same bits whatever
+// the batch it is part of (tiles or single rows), the padding and the thread count.
 #include <gtest/gtest.h>
 
 #include <algorithm>

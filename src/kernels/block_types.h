@@ -1,4 +1,4 @@
-// The weight types of kvlab's block order (product_amx.cpp): how the blocks of 16 weight rows of each
+// The weight types of kvlab's block order (block_order.h): how the blocks of 16 weight rows of each
 // type become what the kernels multiply: per block of 32 values, 8 vectors of unsigned bytes
 // (value + the type's offset; vector g holds values 4g..4g+3 of the 16 rows, one row per 32-bit
 // lane, the layout of an AMX B tile and what VNNI multiplies by 4 broadcast activation values),
@@ -202,8 +202,8 @@ inline __m512 panel_m(const uint8_t * pb) {
 
 // The K-quants, only in panels: a 256-value super-block of 16 rows rewritten in place, in the same
 // bytes, as 8 blocks of 32 values with what each block's step needs; every block's step is that of
-// a 32-value type, so every path of product_amx.cpp (decode rows, VNNI batches, Q4_K on the AMX
-// tiles) runs them.
+// a 32-value type, so every path of the block order (decode rows and VNNI batches in
+// product_vnni.cpp, Q4_K on the AMX tiles in product_amx.cpp) runs them.
 //   Q4_K: value = d sc_j q - dmin m_j (sub-block j of 32, 6-bit sc_j and m_j): a Q4_1 block with
 //         scale d sc_j and minimum -dmin m_j, both exact floats (11-bit x 6-bit), so the step is
 //         Q4_1's. Panel super-block: f16 d [16], f16 dmin [16] at 32, the 12 scale bytes of the

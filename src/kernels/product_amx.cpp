@@ -1,21 +1,8 @@
-// kvlab's own arithmetic for the products of Q4_1, Q5_0 and Q8_0 weights (and, from panels, Q4_K
-// and Q6_K: see below), built for Intel AMX:
-// activations quantized by ggml's own routine (quantize_row_q8_1 for Q4_1, whose bytes and
-// scale quantize_row_q8_0 shares for the other two), then per output and per 32-value block ONE
-// exact integer sum of the block's 32 products, and in block order
-//     Q4_1:        acc = fma(d_w * d_y, float(sum), acc);  acc = fma(m_w, s_y, acc)
-//     Q5_0, Q8_0:  acc = fma(d_w * d_y, float(sum), acc)
-// (ggml sums each block in 8 lanes of 4 products, each lane its own float chain, and for Q4_1
-// adds the minima's chain at the end: the same terms, rounded in another order; a few float ulps
-// apart). The weights enter the integer units as unsigned bytes, value + offset (0 for Q4_1's
-// nibbles, 16 for Q5_0, 128 for Q8_0), and offset x the block's exact activation sum is taken off
-// each integer sum, which stays exact. The integer block sums come from AMX tiles (TDPBSUD, 16
-// activation rows x 16 weight rows x one block per instruction) from k_min_batch rows on, and from
-// AVX-512 VNNI below (decode), both with the same operations per output: every output has the same
-// bits whatever the batch size, the chunk or the thread count. Two kernels: amx_kernel() (the
-// tiles for batches) and vnni_kernel() (VNNI for every batch size: CPUs without AMX, AMD Zen 4/5).
-// How each weight type's blocks become the kernels' bytes and scales: block_types.h.
-//
+// The block order on Intel AMX (block_order.h): per 16 activation rows x block, one TDPBSUD gives
+// the 16 x 16 exact integer block sums while the vector units apply the previous blocks' steps
+// (PanelProduct). amx_kernel() runs batches of k_min_batch rows and more on the tiles, fewer rows
+// and Q6_K's batches by VNNI (product_vnni.cpp). Also here: the product over a thread's panels
+// for both kernels (product_with) and the weights' panels (pack_panels, panel_rows).
 
 // GCC 12 reads the self-initialized value of _mm512_undefined_*() inside the intrinsics as
 // "maybe uninitialized" once they are inlined here: a false positive.
@@ -24,315 +11,25 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <new>
 #include <utility>
 #include <vector>
 
 #include "ggml-backend.h"
+#include "kernels/block_order.h"
 #include "kernels/block_types.h"
 #include "kernels/products.h"
-#include "kernels/vnni.h"
 #include "kvlab/error.h"
 
-// The block order on AVX-512 VNNI (pack, and the products of fewer than k_min_batch rows) needs
-// VNNI and BITALG (Intel from Ice Lake, AMD from Zen 4); the AMX tiles (batches) need AMX-INT8.
-#if defined(KVLAB_VNNI) && defined(__AVX512BITALG__)
-#define KVLAB_BLOCK_VNNI 1
-#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
-#define KVLAB_AMX 1
+#ifdef KVLAB_AMX
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
-#endif
 
-namespace kvlab::kernels {
-
-namespace {
-
-constexpr int64_t k_min_batch = 16;  // activation rows from which the AMX tiles run; below, AVX-512 VNNI
-constexpr int k_panel = 16;          // weight rows per panel: one AMX tile's columns, one zmm's lanes
-constexpr int k_rows = 16;           // activation rows per AMX tile
-
-int64_t padded_rows(int64_t M) {
-    return M < k_min_batch ? M : (M + k_rows - 1) / k_rows * k_rows;
-}
-
-// The packed activations, M rows padded to Mp (padded_rows), nb blocks each:
-//   qs: [Mp][K] int8, a row's blocks' values end to end (an AMX tile reads 16 rows x 32 bytes)
-//   d, s: [nb][Mp] float: the blocks' f16 scale and (Q8_1) f16 sum, converted; 0 in padded rows
-//   q: [nb][Mp] int32: the exact sum of the block's 32 int8 values
-//   h: [nb][Mp] int32: the exact sum of its first 16 (Q6_K's two scales per block)
-struct Packed {
-    const int8_t * qs;
-    const float * d;
-    const float * s;
-    const int32_t * q;
-    const int32_t * h;
-    Packed(const uint8_t * p, int64_t K, int64_t Mp)
-        : qs(reinterpret_cast<const int8_t *>(p)),
-          d(reinterpret_cast<const float *>(p + Mp * K)),
-          s(d + K / k_qk * Mp),
-          q(reinterpret_cast<const int32_t *>(s + K / k_qk * Mp)),
-          h(q + K / k_qk * Mp) {}
-};
-
-bool supports(ggml_type type) {
-    return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q8_0;
-}
-
-// The K-quants (256-value super-blocks) run only from panels (pack_panels).
-bool kquant(ggml_type type) {
-    return type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K;
-}
-
-bool panel_supports(ggml_type type) {
-    return supports(type) || kquant(type);
-}
-
-size_t packed_bytes(int64_t K, int64_t M) {
-    const int64_t Mp = padded_rows(M);
-    return size_t(Mp * K + 4 * (K / k_qk) * Mp * int64_t(sizeof(float)));
-}
+namespace kvlab::kernels::block {
 
 #ifdef KVLAB_BLOCK_VNNI
 
 namespace {
-
-// ggml's quantize_row_q8_1 (ggml-cpu/arch/x86/quants.c) for one block, written where this
-// kernel reads it: the same operations on every value (max |x| exact in any order, d = max / 127
-// and id = 127 / max in float, x * id rounded to nearest even, d and d * sum(q) rounded to f16),
-// so the same bytes, 16 values per instruction instead of 8. quantize_row_q8_0 takes the same
-// steps for the values and d; *q is sum(q), *h the sum of the first 16, exact.
-inline void quantize_block(const float * x, int8_t * qs, float * d, float * s, int32_t * q, int32_t * h) {
-    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    const float max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float dv = max / 127.f;
-    const float id = max != 0.0f ? 127.f / max : 0.0f;
-    const __m512 mul = _mm512_set1_ps(id);
-    const __m512i i0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, mul), _MM_FROUND_TO_NEAREST_INT));
-    const __m512i i1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, mul), _MM_FROUND_TO_NEAREST_INT));
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(qs), _mm512_cvtsepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(qs + 16), _mm512_cvtsepi32_epi8(i1));
-    const int first = _mm512_reduce_add_epi32(i0);
-    const int sum = first + _mm512_reduce_add_epi32(i1);
-    *d = _cvtsh_ss(_cvtss_sh(dv, _MM_FROUND_TO_NEAREST_INT));
-    *s = _cvtsh_ss(_cvtss_sh(dv * float(sum), _MM_FROUND_TO_NEAREST_INT));
-    *q = sum;
-    *h = first;
-}
-
-}  // namespace
-
-// Rows in contiguous ranges per thread (the d, s and q arrays are [block][row]: interleaved rows
-// would share their cache lines between threads).
-void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
-    const int64_t nb = K / k_qk, Mp = padded_rows(M);
-    int8_t * qs = reinterpret_cast<int8_t *>(packed);
-    float * d = reinterpret_cast<float *>(packed + Mp * K);
-    float * s = d + nb * Mp;
-    int32_t * q = reinterpret_cast<int32_t *>(s + nb * Mp);
-    int32_t * h = q + nb * Mp;
-    for (int64_t m = Mp * ith / nth; m < Mp * (ith + 1) / nth; ++m) {
-        if (m >= M) {
-            std::memset(qs + m * K, 0, size_t(K));
-            for (int64_t ib = 0; ib < nb; ++ib)
-                d[ib * Mp + m] = s[ib * Mp + m] = 0.0f, q[ib * Mp + m] = h[ib * Mp + m] = 0;
-            continue;
-        }
-        for (int64_t ib = 0; ib < nb; ++ib)
-            quantize_block(x + m * x_stride + ib * k_qk, qs + m * K + ib * k_qk, &d[ib * Mp + m], &s[ib * Mp + m],
-                           &q[ib * Mp + m], &h[ib * Mp + m]);
-    }
-}
-
-namespace {
-
-using namespace block;  // the weight types (block_types.h)
-
-// 64-byte aligned storage (the block sums are read with aligned loads).
-template <class T>
-struct AlignedAlloc {
-    using value_type = T;
-    AlignedAlloc() = default;
-    template <class U>
-    AlignedAlloc(const AlignedAlloc<U> &) {}
-    T * allocate(size_t n) { return static_cast<T *>(::operator new(n * sizeof(T), std::align_val_t(64))); }
-    void deallocate(T * q, size_t) { ::operator delete(q, std::align_val_t(64)); }
-    bool operator==(const AlignedAlloc &) const { return true; }
-};
-
-// A panel of 16 weight rows unpacked for the AMX tiles: per block the 8 vectors end to end (one
-// B tile), and the rows' scales and minima (Q6_K: second halves' scales), [nb][16] each.
-struct Panel {
-    std::vector<uint8_t> q;                        // [nb][8][64]
-    std::vector<float, AlignedAlloc<float>> d, m;  // [nb][16]
-
-    template <class W>
-    void unpack(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb) {
-        q.resize(size_t(nb) * 512);
-        d.resize(size_t(nb) * k_panel);
-        m.resize(size_t(nb) * k_panel);
-        for_each_block<W>(w, w_row_bytes, R, nb, [&](int64_t ib, const __m512i(&v)[8], const Scalars & s) {
-            for (int g = 0; g < 8; ++g) _mm512_storeu_si512(&q[size_t(ib) * 512 + g * 64], v[g]);
-            _mm512_store_ps(&d[ib * k_panel], s.d());
-            _mm512_store_ps(&m[ib * k_panel], s.m());
-        });
-    }
-
-    // The same from a panel of packed weights (pack_panels_of).
-    template <class W>
-    void unpack_panel(const uint8_t * panel, int64_t nb) {
-        q.resize(size_t(nb) * 512);
-        d.resize(size_t(nb) * k_panel);
-        m.resize(size_t(nb) * k_panel);
-        for (int64_t ib = 0; ib < nb; ++ib) {
-            __m512i v[8];
-            __m512 dw, mw;
-            panel_block_of<W>(panel, ib, v, dw, mw);
-            for (int g = 0; g < 8; ++g) _mm512_storeu_si512(&q[size_t(ib) * 512 + g * 64], v[g]);
-            _mm512_store_ps(&d[ib * k_panel], dw);
-            _mm512_store_ps(&m[ib * k_panel], mw);
-        }
-    }
-};
-
-// The per-block step every output takes, from the block's integer sum of u8 x int8 (one lane per
-// weight row): sum -= offset * q_y (exact), acc = fma(d_w * d_y, float(sum), acc), then for Q4_1
-// acc = fma(m_w, s_y, acc).
-template <class W>
-inline __m512 step(__m512 acc, __m512i sum, __m512 dw, __m512 mw, float dy, float sy, int32_t qy) {
-    if constexpr (W::offset != 0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(W::offset * qy));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dy)), _mm512_cvtepi32_ps(sum), acc);
-    if constexpr (W::minima) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(sy), acc);
-    return acc;
-}
-
-// The same from the block's two half sums (values 0-15 and 16-31; hy: the activations' exact sum
-// of their first 16). Q6_K (halves): each half's offset taken off, then acc = fma(d_w * d_y,
-// float(s0), acc), acc = fma(d2_w * d_y, float(s1), acc), d2_w (in mw) the second half's scale;
-// the other types add the halves (exact) and take the step above.
-template <class W>
-inline __m512 step(__m512 acc, __m512i s0, __m512i s1, __m512 dw, __m512 mw, float dy, float sy, int32_t qy,
-                   int32_t hy) {
-    if constexpr (W::halves) {
-        s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(W::offset * hy));
-        s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(W::offset * (qy - hy)));
-        const __m512 y = _mm512_set1_ps(dy);
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, y), _mm512_cvtepi32_ps(s0), acc);
-        return _mm512_fmadd_ps(_mm512_mul_ps(mw, y), _mm512_cvtepi32_ps(s1), acc);
-    } else {
-        return step<W>(acc, _mm512_add_epi32(s0, s1), dw, mw, dy, sy, qy);
-    }
-}
-
-// The two half sums of one activation row's block (a: its 32 int8 values) against the 16 weight
-// rows' values q: two chains of 4 VNNI instructions (16 rows x 4 values each).
-inline void half_sums(const __m512i (&q)[8], const int8_t * a, __m512i & s0, __m512i & s1) {
-    int32_t g4[8];
-    std::memcpy(g4, a, 32);
-    s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_set1_epi32(g4[0]));
-    s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], _mm512_set1_epi32(g4[4]));
-    for (int g = 1; g < 4; ++g) {
-        s0 = _mm512_dpbusd_epi32(s0, q[g], _mm512_set1_epi32(g4[g]));
-        s1 = _mm512_dpbusd_epi32(s1, q[g + 4], _mm512_set1_epi32(g4[g + 4]));
-    }
-}
-
-void store(float * dst, __m512 v, int R) {
-    _mm512_mask_storeu_ps(dst, __mmask16((1u << R) - 1), v);
-}
-
-// Block ib's step for each of M (< k_min_batch) activation rows against 16 weight rows (q: the
-// block's values as W::values gives them), its sums by VNNI (half_sums).
-template <class W>
-inline void block_rows(const __m512i (&q)[8], __m512 dw, __m512 mw, const Packed & y, int64_t M, int64_t K, int64_t ib,
-                       __m512 * acc) {
-    for (int64_t mrow = 0; mrow < M; ++mrow) {
-        __m512i s0, s1;
-        half_sums(q, y.qs + mrow * K + ib * k_qk, s0, s1);
-        const int64_t i = ib * M + mrow;
-        acc[mrow] = step<W>(acc[mrow], s0, s1, dw, mw, y.d[i], y.s[i], y.q[i], y.h[i]);
-    }
-}
-
-// Fewer than k_min_batch activation rows (decode) against 16 weight rows: each block unpacked
-// into registers once for all rows, its sums by VNNI (8 instructions of 16 rows x 4 values).
-template <class W>
-void rows_vnni(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb, const Packed & y, int64_t M, int64_t K,
-               float * dst, int64_t dst_stride) {
-    __m512 acc[k_min_batch];
-    for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
-    for_each_block<W>(w, w_row_bytes, R, nb, [&](int64_t ib, const __m512i(&q)[8], const Scalars & s) {
-        const __m512 dw = s.d(), mw = W::minima ? s.m() : _mm512_setzero_ps();
-        block_rows<W>(q, dw, mw, y, M, K, ib, acc);
-    });
-    for (int64_t mrow = 0; mrow < M; ++mrow) store(dst + mrow * dst_stride, acc[mrow], R);
-}
-
-// rows_vnni over a panel of packed weights (16 rows, panel_bytes of them): the same operations on
-// the same values. The panel's bytes are read front to back; each block asks for the lines 16 KiB
-// ahead of its share of them (vnni::prefetch_ahead: the hardware prefetchers stop at 4 KiB pages).
-template <class W>
-void rows_panel(const uint8_t * panel, size_t panel_bytes, int64_t nb, const Packed & y, int64_t M, int64_t K,
-                float * dst, int64_t dst_stride) {
-    __m512 acc[k_min_batch];
-    for (int64_t mrow = 0; mrow < M; ++mrow) acc[mrow] = _mm512_setzero_ps();
-    size_t ahead = 0;
-    for (int64_t ib = 0; ib < nb; ++ib) {
-        for (const size_t end = panel_bytes * size_t(ib + 1) / size_t(nb); ahead < end; ahead += 64)
-            vnni::prefetch_ahead(panel + ahead);
-        __m512i q[8];
-        __m512 dw, mw;
-        panel_block_of<W>(panel, ib, q, dw, mw);
-        block_rows<W>(q, dw, mw, y, M, K, ib, acc);
-    }
-    for (int64_t mrow = 0; mrow < M; ++mrow) _mm512_storeu_ps(dst + mrow * dst_stride, acc[mrow]);
-}
-
-// A panel against T activation rows m0.. by AVX-512 VNNI (the batch path where there are no AMX
-// tiles, or --products vnni, or Q6_K): per block, the panel's 8 vectors loaded once for the T rows,
-// each row's exact half sums (half_sums: integers, any order gives the same values), then the same
-// step as rows_vnni and the tiles: the same bits.
-template <class W, int T>
-void tile_vnni(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, int64_t m0, float * dst,
-               int64_t dst_stride, int R) {
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    const int8_t * rows = y.qs + m0 * K;
-    for (int64_t ib = 0; ib < nb; ++ib) {
-        const uint8_t * b = &p.q[size_t(ib) * 512];
-        __m512i q[8];
-        for (int g = 0; g < 8; ++g) q[g] = _mm512_loadu_si512(b + g * 64);
-        const __m512 dw = _mm512_load_ps(&p.d[ib * k_panel]);
-        const __m512 mw = W::minima || W::halves ? _mm512_load_ps(&p.m[ib * k_panel]) : _mm512_setzero_ps();
-        const int64_t i = ib * Mp + m0;
-        for (int t = 0; t < T; ++t) {
-            __m512i s0, s1;
-            half_sums(q, rows + t * K + ib * k_qk, s0, s1);
-            acc[t] = step<W>(acc[t], s0, s1, dw, mw, y.d[i + t], y.s[i + t], y.q[i + t], y.h[i + t]);
-        }
-    }
-    for (int t = 0; t < T; ++t) store(dst + (m0 + t) * dst_stride, acc[t], R);
-}
-
-constexpr int k_vnni_rows = 8;  // activation rows per VNNI tile: 8 accumulators beside the 8 weight vectors
-
-template <class W, int T = k_vnni_rows>
-void tail_vnni(int rest, const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, int64_t m0, float * dst,
-               int64_t dst_stride, int R) {
-    if constexpr (T > 1) {
-        if (rest < T) return tail_vnni<W, T - 1>(rest, p, nb, y, Mp, K, m0, dst, dst_stride, R);
-    }
-    tile_vnni<W, T>(p, nb, y, Mp, K, m0, dst, dst_stride, R);
-}
-
-template <class W>
-void panel_vnni(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, int64_t M, float * dst,
-                int64_t dst_stride, int R) {
-    int64_t m0 = 0;
-    for (; m0 + k_vnni_rows <= M; m0 += k_vnni_rows) tile_vnni<W, k_vnni_rows>(p, nb, y, Mp, K, m0, dst, dst_stride, R);
-    if (m0 < M) tail_vnni<W>(int(M - m0), p, nb, y, Mp, K, m0, dst, dst_stride, R);
-}
 
 #ifdef KVLAB_AMX
 
@@ -529,8 +226,6 @@ void product_of(bool tiles, bool panels, const uint8_t * w, size_t w_row_bytes, 
 #endif
 }
 
-}  // namespace
-
 bool available() {
 #ifdef KVLAB_AMX
     static const bool ok = request_tiles();
@@ -540,9 +235,7 @@ bool available() {
 #endif
 }
 
-bool rows_available() {
-    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bitalg");
-}
+}  // namespace
 
 void product_with(bool tiles, bool panels, ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N,
                   const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
@@ -562,11 +255,7 @@ void product_with(bool tiles, bool panels, ggml_type type, const uint8_t * w, si
     }
 }
 
-template <bool Tiles, bool Panels>
-void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-             int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
-    product_with(Tiles, Panels, type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
-}
+namespace {
 
 // Row n of a Q8_0 matrix packed into panels, dequantized as ggml's dequantize_row_q8_0 does
 // (value x scale, one float product each: the same floats).
@@ -605,62 +294,51 @@ void pack_panels_in_place(ggml_tensor * w) {
     }
 }
 
+}  // namespace
+
 #else
+
+namespace {
 
 bool available() {
     return false;
 }
 
-bool rows_available() {
-    return false;
-}
-
-void pack(const float *, int64_t, int64_t, int64_t, uint8_t *, int, int) {}
-template <bool Tiles, bool Panels>
-void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
-             int) {}
 void q8_0_panel_row(const uint8_t *, size_t, int64_t, int64_t, float *) {}
 bool panels_fit(const ggml_tensor *) {
     return false;
 }
 void pack_panels_in_place(ggml_tensor *) {}
 
-#endif
-
 }  // namespace
 
-bool amx_rows_available() {
-    return rows_available();
-}
+#endif
+
+}  // namespace kvlab::kernels::block
+
+namespace kvlab::kernels {
 
 const ProductKernel & amx_kernel(bool panels) {
+    using namespace block;
     static const ProductKernel k = {"amx", k_min_batch, available, supports, packed_bytes, pack, product<true, false>};
     static const ProductKernel kp = {"amx",        k_min_batch, available,          panel_supports,
                                      packed_bytes, pack,        product<true, true>};
     return panels ? kp : k;
 }
 
-const ProductKernel & vnni_kernel(bool panels) {
-    static const ProductKernel k = {"vnni",       k_min_batch, rows_available,       supports,
-                                    packed_bytes, pack,        product<false, false>};
-    static const ProductKernel kp = {"vnni",       k_min_batch, rows_available,      panel_supports,
-                                     packed_bytes, pack,        product<false, true>};
-    return panels ? kp : k;
-}
-
 bool panels_available(const ggml_tensor * w) {
-    return rows_available() && panels_fit(w);
+    return block::rows_available() && block::panels_fit(w);
 }
 
 void panel_rows(const ggml_tensor * w, const int32_t * ids, int64_t n, float * out, int64_t out_stride) {
     if (w->type != GGML_TYPE_Q8_0) throw Error("internal", std::string("[products] panels: no rows of ") + w->name);
     for (int64_t i = 0; i < n; ++i)
-        q8_0_panel_row(static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], ids[i], out + i * out_stride);
+        block::q8_0_panel_row(static_cast<const uint8_t *>(w->data), w->nb[1], w->ne[0], ids[i], out + i * out_stride);
 }
 
 void pack_panels(ggml_tensor * w) {
     if (!panels_available(w)) throw Error("internal", std::string("[products] panels: cannot pack ") + w->name);
-    pack_panels_in_place(w);
+    block::pack_panels_in_place(w);
 }
 
 }  // namespace kvlab::kernels

@@ -5,7 +5,7 @@
 //   q8_0_kernel(): Q8_0 and Q5_0 weights, ggml's arithmetic (product_q8_0.cpp);
 //   amx_kernel():  Q4_1, Q5_0 and Q8_0 weights, kvlab's block order, AMX tiles for batches
 //                  (product_amx.cpp); from panels Q4_K and Q6_K too (Q6_K's batches by VNNI);
-//   vnni_kernel(): the same block order and bits, AVX-512 VNNI for every batch (product_amx.cpp).
+//   vnni_kernel(): the same block order and bits, AVX-512 VNNI for every batch (product_vnni.cpp).
 // Under Products::ggml the first two run (bit-identical to ggml_mul_mat), under Products::amx the
 // third, under Products::vnni the fourth; where none applies (another type, a repacked weight, a CPU without AVX-512
 // VNNI) ggml's own mul_mat runs.

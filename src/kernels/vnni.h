@@ -1,6 +1,7 @@
-// Helpers shared by kvlab's quantized product kernels (product_q4_1.cpp, product_q8_0.cpp, product_amx.cpp): the tile
-// geometry and the loops that split a product over threads; the pieces of ggml's x86 dot products
-// they reproduce to the bit, compiled where the CPU has AVX-512 (F, BW, VL) with VNNI (KVLAB_VNNI).
+// Helpers shared by kvlab's quantized product kernels (product_q4_1.cpp, product_q8_0.cpp, product_amx.cpp,
+// product_vnni.cpp): the tile geometry and the loops that split a product over threads; the pieces of
+// ggml's x86 dot products they reproduce to the bit, compiled where the CPU has AVX-512 (F, BW, VL) with
+// VNNI (KVLAB_VNNI).
 #pragma once
 
 #include <algorithm>
