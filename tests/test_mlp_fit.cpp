@@ -1,4 +1,4 @@
-// KVzap's MLP training (session/mlp_fit.h): two AdamW steps against a plain double evaluation of
+// KVzap's MLP training (press/mlp_fit.h): two AdamW steps against a plain double evaluation of
 // the forward pass, the backward pass, the clipping and AdamW, within a float error bound derived
 // from the computation; the loss falls on a learnable target; the same bits at every thread
 // count; bf16 rounding.
@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "kvlab/error.h"
-#include "session/mlp_fit.h"
+#include "press/mlp_fit.h"
 
 namespace kvlab {
 namespace {

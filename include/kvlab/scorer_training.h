@@ -5,7 +5,7 @@
 // the row's KVzip+ score per KV head are one sample. A share of the texts is held out: the fit
 // on them (R^2, Spearman, per layer) goes into the scorer file with the run's provenance. The
 // linear surrogate is a ridge fit from streamed sums; the MLP keeps the samples (their hidden
-// states in bf16) and is trained by AdamW (session/mlp_fit.h).
+// states in bf16) and is trained by AdamW (press/mlp_fit.h).
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,7 @@
 #include "kvlab/error.h"
 #include "kvlab/press.h"
 #include "kvlab/sys.h"
-#include "session/mlp_fit.h"
+#include "press/mlp_fit.h"
 
 namespace kvlab {
 

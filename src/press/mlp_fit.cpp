@@ -1,7 +1,7 @@
-// KVzap's MLP surrogate, trained: forward, backward and AdamW per layer (session/mlp_fit.h). The
+// KVzap's MLP surrogate, trained: forward, backward and AdamW per layer (press/mlp_fit.h). The
 // products are Eigen's over row-major float buffers; the samples' hidden states stay in bf16
 // and a batch is widened to float when it is drawn.
-#include "session/mlp_fit.h"
+#include "press/mlp_fit.h"
 
 #include <algorithm>
 #include <cmath>
