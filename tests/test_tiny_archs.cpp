@@ -1,12 +1,14 @@
 // Every supported architecture on a tiny random-weight GGUF written by the test itself
 // (a few layers, small dims, seeded weights, the default model's vocabulary), compared
-// with libllama on the same file; and what the engine guarantees on such models: shapes
-// beyond its kernel are refused when the engine is made, a failed prefill leaves the
-// cache as it was.
+// with libllama on the same file; its graph's tensors go by libllama's names per layer; and
+// what the engine guarantees on such models: shapes beyond its kernel are refused when the
+// engine is made, a failed prefill leaves the cache as it was.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "kernels/attention.h"
 #include "kvlab/engine.h"
@@ -110,6 +112,90 @@ INSTANTIATE_TEST_SUITE_P(, TinyArch,
 
 std::string write_tiny(const test::TinySpec & spec, const std::string & dir) {
     return test::write_tiny_gguf(spec, test::default_model_path(), dir + "/tiny.gguf");
+}
+
+// llama.cpp's names (its cb(cur, name, il)) of the intermediate tensors of a layer of `arch`.
+std::vector<std::string> layer_names(const std::string & arch) {
+    std::vector<std::string> n = {"attn_norm", "Qcur",   "Kcur",     "Vcur",    "kqv_out", "attn_out",
+                                  "ffn_norm",  "ffn_up", "ffn_gate", "ffn_out", "l_out"};
+    if (arch == "gemma3")
+        n.insert(n.end(), {"Qcur_normed", "Kcur_normed", "attn_post_norm", "sa_out", "ffn_geglu", "ffn_post_norm"});
+    else
+        n.insert(n.end(), {"ffn_inp", "ffn_swiglu"});
+    if (arch == "qwen3") n.insert(n.end(), {"Qcur_normed", "Kcur_normed"});
+    return n;
+}
+
+// "<what>-<il>" (il < 0: "<what>") in gf, or nullptr.
+const ggml_tensor * named(ggml_cgraph * gf, const std::string & what, int il) {
+    return ggml_graph_get_tensor(gf, (il >= 0 ? what + "-" + std::to_string(il) : what).c_str());
+}
+
+// The prefill graph the engine builds holds every layer's tensors under libllama's names, so that a
+// mismatch is located by name and layer; kvlab's own nodes (weight products) keep theirs, which
+// `kvlab profile` reads. F32 weights: every product is ggml's, every name is set.
+TEST_P(TinyArch, GraphTensorsGoByLibllamasNamesPerLayer) {
+    const ArchCase c = GetParam();
+    const std::string dir = test::temp_dir(std::string(c.arch) + "-names");
+    const int64_t n = 8;
+    std::vector<int32_t> tokens(n);
+    for (int64_t i = 0; i < n; ++i) tokens[size_t(i)] = int32_t(100 + 7 * i);
+    for (ggml_type type : {GGML_TYPE_F32, GGML_TYPE_Q8_0}) {
+        SCOPED_TRACE(ggml_type_name(type));
+        test::TinySpec spec;
+        spec.arch = c.arch;
+        spec.n_layer = c.n_layer;
+        spec.n_embd = c.n_embd;
+        spec.n_head = c.n_head;
+        spec.n_head_kv = c.n_head_kv;
+        spec.head_dim = c.head_dim;
+        spec.sliding_window = c.sliding_window;
+        spec.weight_type = type;
+        auto model = Model::load(write_tiny(spec, dir), {.n_threads = 2});
+        const HParams & hp = model->hparams();
+        auto expect_shape = [](const ggml_tensor * t, std::vector<int64_t> ne, const std::string & what) {
+            if (!t) return;
+            for (size_t d = 0; d < ne.size(); ++d) EXPECT_EQ(t->ne[d], ne[d]) << what << " dim " << d;
+        };
+        int graphs = 0;
+        EngineOptions opts;
+        opts.on_graph = [&](ggml_cgraph * gf) {
+            ++graphs;
+            for (int il = -1; il < c.n_layer; ++il) {
+                const std::vector<std::string> names =
+                    il < 0 ? std::vector<std::string>{"inp_embd", "result_norm", "result_output"} : layer_names(c.arch);
+                for (const std::string & what : names) {
+                    const ggml_tensor * t = named(gf, what, il);
+                    if (t)
+                        EXPECT_NE(t->op, GGML_OP_CUSTOM) << what << " " << il << ": a kvlab node renamed";
+                    else
+                        EXPECT_NE(type, GGML_TYPE_F32) << what << " " << il << " not in the graph";
+                }
+                if (il < 0) continue;
+                // the FFN's result: ggml's product named "ffn_out-<il>", or kvlab's keeping its own name
+                const std::string down = "product q8_0 blk." + std::to_string(il) + ".ffn_down.weight";
+                EXPECT_NE(named(gf, "ffn_out", il) == nullptr, named(gf, down, -1) == nullptr) << il;
+                const int64_t rows = il == c.n_layer - 1 ? 1 : n;  // the last layer: the rows with logits
+                const std::string l = std::to_string(il);
+                expect_shape(named(gf, "attn_norm", il), {hp.n_embd, n}, "attn_norm-" + l);
+                expect_shape(named(gf, "Qcur", il), {hp.head_dim, hp.n_head, n}, "Qcur-" + l);
+                expect_shape(named(gf, "Kcur", il), {hp.head_dim, hp.n_head_kv, n}, "Kcur-" + l);
+                expect_shape(named(gf, "Vcur", il), {hp.head_dim, hp.n_head_kv, n}, "Vcur-" + l);
+                expect_shape(named(gf, "kqv_out", il), {int64_t(hp.n_head) * hp.head_dim, n}, "kqv_out-" + l);
+                expect_shape(named(gf, "l_out", il), {hp.n_embd, rows}, "l_out-" + l);
+            }
+            EXPECT_EQ(named(gf, "l_out", c.n_layer), nullptr);
+            expect_shape(named(gf, "result_output", -1), {hp.n_vocab, 1}, "result_output");
+        };
+        for (AttentionKernel kernel : {AttentionKernel::kvlab, AttentionKernel::ggml}) {
+            opts.attention = kernel;
+            Engine e(*model, opts);
+            KvStore cache = e.new_cache(n);
+            e.prefill(cache, tokens);
+        }
+        EXPECT_EQ(graphs, 2);
+    }
+    std::filesystem::remove_all(dir);
 }
 
 TEST(TinyArchLimits, GqaGroupBeyondTheKernelLimitIsRefusedWhenTheEngineIsMade) {

@@ -43,6 +43,10 @@ struct EngineOptions {
     CacheTypes cache_types;
     // Times kvlab's own graph nodes on each thread (`kvlab profile`); not owned, nullptr: none.
     OpProfile * profile = nullptr;
+    // Debugging: called with each graph once it is built, before it is allocated and computed.
+    // Its tensors go by llama.cpp's names ("attn_norm-3", "l_out-3"; docs/kernels.md), found with
+    // ggml_graph_get_tensor. Empty: none.
+    std::function<void(ggml_cgraph *)> on_graph = nullptr;
 };
 
 struct SamplingParams {

@@ -148,11 +148,12 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     ggml_tensor * logits =
         model_.arch().build_graph(GraphContext{ctx.get(), gf, hp, model_.products(), in, attention, &model_.panels()});
     ggml_set_output(logits);
+    if (opts_.on_graph) opts_.on_graph(gf);
 
     // ggml's allocator reuses its last plan for a graph of the same shape without looking at
-    // output flags: a graph whose queries are outputs (observed) must get a fresh plan, or
-    // their memory is shared with later nodes as in the unobserved graph before it.
-    if (observe && !ggml_gallocr_reserve(galloc_.get(), gf))
+    // output flags: a graph whose queries are outputs (observed, or marked by on_graph) must get
+    // a fresh plan, or their memory is shared with later nodes as in the unobserved graph before it.
+    if ((observe || opts_.on_graph) && !ggml_gallocr_reserve(galloc_.get(), gf))
         throw Error("engine", "could not reserve the compute buffer");
     if (!ggml_gallocr_alloc_graph(galloc_.get(), gf)) throw Error("engine", "could not allocate the compute buffer");
     advise_compute_buffer(logits->buffer);

@@ -96,21 +96,27 @@ public:
     ggml_tensor * build_graph(const GraphContext & g) const override {
         ggml_context * ctx = g.ctx;
         const int n_layer = int(layers_.size());
-        ggml_tensor * x = ggml_scale(ctx, graph::embed(g, tok_embd_), std::sqrt(float(g.hp.n_embd)));
+        ggml_tensor * x =
+            graph::name(ggml_scale(ctx, graph::embed(g, tok_embd_), std::sqrt(float(g.hp.n_embd))), "inp_scaled", -1);
         for (int il = 0; il < n_layer; ++il) {
             const Gemma3Layer & l = layers_[il];
-            graph::Qkv a = graph::qkv(g, l.attn, graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), rms_eps_);
-            a.q = graph::rope(g, a.q, nullptr, il);
-            a.k = graph::rope(g, a.k, nullptr, il);
+            ggml_tensor * h = graph::name(graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), "attn_norm", il);
+            graph::Qkv a = graph::qkv(g, l.attn, h, rms_eps_, il);
+            a.q = graph::name(graph::rope(g, a.q, nullptr, il), "Qcur", il);
+            a.k = graph::name(graph::rope(g, a.k, nullptr, il), "Kcur", il);
+            graph::name(a.v, "Vcur", il);
             a.q = ggml_scale(ctx, a.q, q_scale_);
             ggml_tensor * o = graph::attention(g, il, a, l.wo);  // F32 [n_embd, n_tokens]
             if (il == n_layer - 1) {
                 o = graph::output_rows(g, o);
                 x = graph::output_rows(g, x);
             }
-            x = ggml_add(ctx, x, graph::rms_norm(ctx, o, l.attn_post_norm, rms_eps_));
-            ggml_tensor * f = graph::ffn_gelu_gated(g, l.ffn, graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_));
-            x = ggml_add(ctx, x, graph::rms_norm(ctx, f, l.ffn_post_norm, rms_eps_));
+            o = graph::name(graph::rms_norm(ctx, o, l.attn_post_norm, rms_eps_), "attn_post_norm", il);
+            x = graph::name(ggml_add(ctx, x, o), "sa_out", il);
+            h = graph::name(graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_), "ffn_norm", il);
+            ggml_tensor * f = graph::name(graph::ffn_gelu_gated(g, l.ffn, h, il), "ffn_out", il);
+            f = graph::name(graph::rms_norm(ctx, f, l.ffn_post_norm, rms_eps_), "ffn_post_norm", il);
+            x = graph::name(ggml_add(ctx, x, f), "l_out", il);
         }
         return graph::lm_head(g, x, output_norm_, rms_eps_, output_, softcap_);
     }

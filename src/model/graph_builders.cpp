@@ -6,6 +6,11 @@
 
 namespace kvlab::graph {
 
+ggml_tensor * name(ggml_tensor * t, const char * what, int il) {
+    if (t->op == GGML_OP_CUSTOM) return t;  // kvlab's node: its own name (kvlab profile reads it)
+    return il >= 0 ? ggml_format_name(t, "%s-%d", what, il) : ggml_set_name(t, what);
+}
+
 ggml_tensor * matmul(const GraphContext & g, ggml_tensor * w, ggml_tensor * x) {
     return kernels::mul_mat(g.ctx, g.products, w, x, g.panels);
 }
@@ -39,7 +44,7 @@ EmbeddingsAndHead load_embeddings_and_head(const ModelReader & r, HParams & hp) 
 }
 
 ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd) {
-    return kernels::get_rows(g.ctx, tok_embd, g.in.tokens, g.panels);
+    return name(kernels::get_rows(g.ctx, tok_embd, g.in.tokens, g.panels), "inp_embd", -1);
 }
 
 ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
@@ -50,7 +55,7 @@ ggml_tensor * linear(const GraphContext & g, ggml_tensor * w, ggml_tensor * b, g
     return add_bias(g.ctx, matmul(g, w, x), b);
 }
 
-Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float norm_eps) {
+Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float norm_eps, int il) {
     const HParams & hp = g.hp;
     const int64_t n = g.n_tokens();
     Qkv r;
@@ -59,8 +64,8 @@ Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float nor
     r.q = ggml_reshape_3d(g.ctx, add_bias(g.ctx, q, w.bq), hp.head_dim, hp.n_head, n);
     r.k = ggml_reshape_3d(g.ctx, add_bias(g.ctx, k, w.bk), hp.head_dim, hp.n_head_kv, n);
     r.v = ggml_reshape_3d(g.ctx, add_bias(g.ctx, v, w.bv), hp.head_dim, hp.n_head_kv, n);
-    if (w.q_norm) r.q = rms_norm(g.ctx, r.q, w.q_norm, norm_eps);
-    if (w.k_norm) r.k = rms_norm(g.ctx, r.k, w.k_norm, norm_eps);
+    if (w.q_norm) r.q = name(rms_norm(g.ctx, r.q, w.q_norm, norm_eps), "Qcur_normed", il);
+    if (w.k_norm) r.k = name(rms_norm(g.ctx, r.k, w.k_norm, norm_eps), "Kcur_normed", il);
     return r;
 }
 
@@ -74,18 +79,24 @@ ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_f
 }
 
 ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_tensor * wo, ggml_tensor * bo) {
-    ggml_tensor * a = g.attention(il, qkv.q, qkv.k, qkv.v, qkv.x);  // F32 [n_head*head_dim, n_tokens]
-    return linear(g, wo, bo, a);
+    // F32 [n_head*head_dim, n_tokens]
+    ggml_tensor * a = name(g.attention(il, qkv.q, qkv.k, qkv.v, qkv.x), "kqv_out", il);
+    return name(linear(g, wo, bo, a), "attn_out", il);
 }
 
-ggml_tensor * ffn_silu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x) {
+ggml_tensor * ffn_silu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x, int il) {
     const auto [gate, up] = matmuls<2>(g, {w.gate, w.up}, x);
-    return matmul(g, w.down, ggml_swiglu_split(g.ctx, gate, up));  // silu(gate) * up in one node, as libllama
+    name(gate, "ffn_gate", il);
+    name(up, "ffn_up", il);
+    // silu(gate) * up in one node, as libllama
+    return matmul(g, w.down, name(ggml_swiglu_split(g.ctx, gate, up), "ffn_swiglu", il));
 }
 
-ggml_tensor * ffn_gelu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x) {
+ggml_tensor * ffn_gelu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x, int il) {
     const auto [gate, up] = matmuls<2>(g, {w.gate, w.up}, x);
-    return matmul(g, w.down, ggml_geglu_split(g.ctx, gate, up));
+    name(gate, "ffn_gate", il);
+    name(up, "ffn_up", il);
+    return matmul(g, w.down, name(ggml_geglu_split(g.ctx, gate, up), "ffn_geglu", il));
 }
 
 ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x) {
@@ -94,9 +105,10 @@ ggml_tensor * output_rows(const GraphContext & g, ggml_tensor * x) {
 
 ggml_tensor * lm_head(const GraphContext & g, ggml_tensor * x, ggml_tensor * norm, float eps, ggml_tensor * w_out,
                       float softcap) {
-    ggml_tensor * logits = matmul(g, w_out, rms_norm(g.ctx, x, norm, eps));
+    ggml_tensor * logits = matmul(g, w_out, name(rms_norm(g.ctx, x, norm, eps), "result_norm", -1));
     if (softcap > 0.0f)
         logits = ggml_scale(g.ctx, ggml_tanh(g.ctx, ggml_scale(g.ctx, logits, 1.0f / softcap)), softcap);
+    name(logits, "result_output", -1);
     ggml_build_forward_expand(g.gf, logits);
     return logits;
 }

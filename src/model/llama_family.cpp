@@ -69,17 +69,21 @@ public:
         ggml_tensor * x = graph::embed(g, tok_embd_);  // F32 [n_embd, n_tokens]
         for (int il = 0; il < n_layer; ++il) {
             const LlamaLayer & l = layers_[il];
-            graph::Qkv a = graph::qkv(g, l.attn, graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), rms_eps_);
-            a.q = graph::rope(g, a.q, rope_freqs_, il);
-            a.k = graph::rope(g, a.k, rope_freqs_, il);
+            ggml_tensor * h = graph::name(graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), "attn_norm", il);
+            graph::Qkv a = graph::qkv(g, l.attn, h, rms_eps_, il);
+            a.q = graph::name(graph::rope(g, a.q, rope_freqs_, il), "Qcur", il);
+            a.k = graph::name(graph::rope(g, a.k, rope_freqs_, il), "Kcur", il);
+            graph::name(a.v, "Vcur", il);
             ggml_tensor * o = graph::attention(g, il, a, l.wo);  // F32 [n_embd, n_tokens]
             if (il == n_layer - 1) {
                 // only the rows whose logits are wanted go through the last FFN and the head
                 o = graph::output_rows(g, o);
                 x = graph::output_rows(g, x);
             }
-            x = ggml_add(ctx, x, o);
-            x = ggml_add(ctx, x, graph::ffn_silu_gated(g, l.ffn, graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_)));
+            x = graph::name(ggml_add(ctx, x, o), "ffn_inp", il);
+            h = graph::name(graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_), "ffn_norm", il);
+            ggml_tensor * f = graph::name(graph::ffn_silu_gated(g, l.ffn, h, il), "ffn_out", il);
+            x = graph::name(ggml_add(ctx, x, f), "l_out", il);
         }
         return graph::lm_head(g, x, output_norm_, rms_eps_, output_);
     }
