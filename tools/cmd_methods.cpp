@@ -19,8 +19,9 @@ int run_methods(bool json) {
         "Compression methods (--method NAME --param KEY=VALUE [--preset kvpress]; budget: --ratio R or "
         "--budget B)\n\n");
     for (const MethodInfo & m : methods) {
-        std::printf("%-20s %s%s\n", m.name.c_str(), m.summary.c_str(),
-                    m.observes ? " [scores from the prefill's queries]" : "");
+        std::printf("%-20s %s%s%s\n", m.name.c_str(), m.summary.c_str(),
+                    m.observes ? " [scores from the prefill's queries]" : "",
+                    m.decodes ? " [scores while decoding: --decode-policy]" : "");
         if (m.wrapper)
             std::printf("    %-18s %-8s %s\n", "base", "snapkv",
                         "the scorer it wraps (any method but the wrappers); the base's parameters apply too");

@@ -89,7 +89,8 @@ struct MethodInfo {
     // What kvlab's own defaults do where kvpress does otherwise, and whose rule they are (the
     // paper's reference code); "" when the defaults are kvpress's rules.
     std::string defaults_differ;
-    // name, summary, wrapper, scores_from_prefill, params [{name, default, help, choices}],
+    bool decodes = false;  // scores while decoding (a --decode-policy): set by press_methods() from the registry
+    // name, summary, wrapper, scores_from_prefill, scores_while_decoding, params [{name, default, help, choices}],
     // kvpress_preset, differs_from_kvpress_under_preset, defaults_differ_from_kvpress
     nlohmann::json to_json() const;
 };
@@ -119,6 +120,9 @@ public:
     virtual const QueryObserver * observer(KvStore & cache, int64_t L) { return nullptr; }
     // Whether the method runs passes of its own on top of the context (needs a tokenizer).
     virtual bool has_scoring_passes() const { return false; }
+    // Whether it scores from the prefill (its queries or hidden states, or passes of its own): the
+    // cache it compresses must come from a prefill of the context it observed.
+    bool observes() const { return observes_ || has_scoring_passes(); }
     // The passes to run after the context's prefill, built
     // from its tokens and the tokenizer's prompts; the store holds exactly the context.
     virtual std::vector<ScoringPass> scoring_passes(const KvStore & cache, const std::vector<int32_t> & context,
@@ -145,6 +149,7 @@ protected:
     std::string name_;
     nlohmann::json params_;
     double observe_s_ = 0.0;
+    bool observes_ = false;  // set by make_press from MethodInfo::observes (a wrapper: its base's)
     friend std::unique_ptr<Press> make_press(const std::string &, const ParamMap &, const Model &);
 };
 

@@ -61,12 +61,16 @@ class ContextSession {
 public:
     // Validates the methods and their parameters (throws kvlab::Error naming them).
     ContextSession(Engine & engine, const std::vector<MethodRequest> & methods, SessionOptions opts);
+    // One press the caller made and keeps (a callback press: include/kvlab/callback_press.h); it
+    // must outlive the session.
+    ContextSession(Engine & engine, Press & press, SessionOptions opts);
     ContextSession(const ContextSession &) = delete;
     ContextSession & operator=(const ContextSession &) = delete;
 
     // Prefills the context into a fresh cache; every method's observer sees its queries.
     // Throws when the context plus the reserve exceed the model's context. Once per session.
     void prefill(const std::vector<int32_t> & context);
+    void check_presses() const;
 
     // Prefill figures: seconds is the model's part (the methods' observing excluded).
     const PrefillStats & prefill_stats() const { return prefill_; }
@@ -83,6 +87,9 @@ public:
     // A copy compressed by method i at the budget (the observation is reused: one prefill
     // serves every budget of every method).
     PreparedCache compress(size_t method, const Budget & budget);
+    // The prefilled cache itself compressed by method i (no copy: the peak is one cache); the
+    // session holds no prefilled cache afterwards.
+    PreparedCache compress_prefilled(size_t method, const Budget & budget);
 
     // Answers from an independent copy of `cache` (which stays unchanged).
     GenerateResult answer(const KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & go) const;
@@ -97,7 +104,8 @@ private:
     Engine & engine_;
     SessionOptions opts_;
     int64_t reserve_ = 0;
-    std::vector<std::unique_ptr<Press>> presses_;
+    std::vector<std::unique_ptr<Press>> owned_;
+    std::vector<Press *> presses_;
     std::unique_ptr<KvStore> base_;  // the prefilled context (null before prefill)
     PrefillStats prefill_;
 };

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,46 @@ public:
 };
 
 using ScorerFactory = std::function<std::unique_ptr<Scorer>(const Params &, const Model &)>;
+
+// Scoring while decoding (docs/methods.md, "Compression during decoding"): the scores of the rows a
+// segment (layer, KV head) holds now, whatever earlier compressions left in it (the segments of one
+// cache differ), generated step after step. The decoding policy (DecodePolicy) decides when and
+// selects the rows; a method that can score this way registers a SegmentScorerFactory.
+class SegmentScorer {
+public:
+    virtual ~SegmentScorer() = default;
+    // What it reads from each decoding step (the step's queries, its hidden states), or nullptr.
+    virtual const QueryObserver * observer() { return nullptr; }
+    // A generation starts on `cache`; after_token follows each generated token (its row is in the
+    // cache), compressed each compression step (whether or not it dropped rows).
+    virtual void start(const KvStore & cache) {}
+    virtual void after_token(const KvStore & cache) {}
+    virtual void compressed(const KvStore & cache) {}
+    // The scores of segment (il, h)'s rows [n_rows(il, h)], higher kept first; +inf: never dropped.
+    virtual std::vector<float> score(const KvStore & cache, int il, int h) = 0;
+    // The method's own selection rule when it has one: a threshold (DMSPress) instead of a row
+    // target, the rows scored below `value` dropped unless among the `window` most recent positions.
+    struct Threshold {
+        float value = 0.0f;
+        int64_t window = 0;
+    };
+    virtual std::optional<Threshold> threshold() const { return std::nullopt; }
+    // A scorer for another generation with the same parameters, sharing what this one loaded
+    // (read-only: a server's requests each take one).
+    virtual std::unique_ptr<SegmentScorer> another() const = 0;
+};
+// Throws kvlab::Error for parameters the method does not take while decoding.
+using SegmentScorerFactory = std::function<std::unique_ptr<SegmentScorer>(const ParamMap &, const Model &)>;
+
+// The scores of one segment's rows from those rows alone (key norms, key diversity, recency): one
+// function gives a method both its prefill scorer and its decoding scorer.
+using SegmentScore = std::function<std::vector<float>(const KvStore & cache, int il, int h)>;
+// Every segment of a freshly prefilled cache scored by f, over n_threads threads.
+Scores score_segments(const KvStore & cache, int n_threads, const SegmentScore & f);
+// The decoding scorer of such a method.
+std::unique_ptr<SegmentScorer> stateless_segment_scorer(SegmentScore f);
+// For a decoding scorer that takes no parameters: throws naming the method when `params` has any.
+void refuse_decode_params(const std::string & method, const ParamMap & params);
 // Budget policy: the plan for the scores and the per-layer budget B.
 using Policy = std::function<KeepPlan(const Scores &, const Budget &, const KvStore &)>;
 using PressFactory = std::function<std::unique_ptr<Press>(const Params &, const Model &)>;
@@ -58,7 +99,8 @@ using PressFactory = std::function<std::unique_ptr<Press>(const Params &, const 
 struct Registration {
     MethodInfo info;
     PressFactory make;
-    ScorerFactory scorer;  // set for methods usable as a wrapper's base
+    ScorerFactory scorer;          // set for methods usable as a wrapper's base
+    SegmentScorerFactory segment;  // set for methods that score while decoding (DecodePolicy)
 };
 
 void register_method(Registration r);
@@ -79,6 +121,9 @@ Registration uniform_method(MethodInfo info, ScorerFactory scorer);
 
 // Shared parameter specs.
 std::vector<ParamSpec> window_params();  // window, kernel, pooling (SnapKV family)
+// The SnapKV family's window under kvpress's rules (window 64, kernel 5, avg pooling: its
+// SnapKVPress defaults), with `more` (a method's own kvpress parameters) added.
+ParamMap kvpress_window_params(const ParamMap & more = {});
 const std::vector<ParamSpec> & wrapper_base_param();
 
 // Window-attention scorer (SnapKV family): observation window w, pooling.

@@ -197,6 +197,27 @@ std::vector<int64_t> adakv_head_budgets_kvpress(const std::vector<std::vector<fl
     return out;
 }
 
+Policy adakv_policy(double alpha, bool kvpress) {
+    return [alpha, kvpress](const Scores & s, const Budget & b, const KvStore &) {
+        const int64_t B = b.per_layer(s.L);
+        check_budget(s, B);
+        std::vector<std::vector<int64_t>> n(s.s.size());
+        for (size_t il = 0; il < s.s.size(); ++il) {
+            const int64_t cand = s.L - s.forced();
+            const int64_t bc = std::min(cand, B - s.forced());
+            std::vector<std::vector<float>> cs;
+            for (size_t h = 0; h < s.s[il].size(); ++h) cs.push_back(candidate_scores(s, int(il), int(h)));
+            if (kvpress) {
+                const int64_t n_safe = alpha > 0.0 ? std::max<int64_t>(1, int64_t(double(B) * alpha)) : 0;
+                n[il] = adakv_head_budgets_kvpress(cs, bc, std::max<int64_t>(0, n_safe - s.forced()));
+            } else {
+                n[il] = adakv_head_budgets(cs, bc, alpha);
+            }
+        }
+        return select_per_head(s, n);
+    };
+}
+
 std::vector<int64_t> adakv_head_budgets(const std::vector<std::vector<float>> & scores, int64_t b, double alpha) {
     const int H = int(scores.size());
     std::vector<int64_t> out(H);

@@ -50,6 +50,11 @@ std::vector<int64_t> pyramid_budgets_kvpress(int64_t L, double keep, int64_t w, 
 // is then made exactly H*b by the same global ranking (adding the best unselected, or
 // removing the worst selected above the floor(alpha b) safeguard). b_h <= rows.
 std::vector<int64_t> adakv_head_budgets(const std::vector<std::vector<float>> & scores, int64_t b, double alpha);
+// Ada-KV's policy: each layer's heads share the budget by the global ranking of their candidates'
+// scores, with the safeguard alpha (adakv_head_budgets; kvpress: adakv_head_budgets_kvpress with
+// kvpress's safe count), then each head keeps its forced rows and its top b_h.
+Policy adakv_policy(double alpha, bool kvpress);
+
 // kvpress's AdaKVPress on the same candidates: each head first keeps its top `safe` rows,
 // then the layer's other H*b - H*safe kept rows are the global top of the rest (ties: lower
 // head, then lower row). b and safe count candidates (kvpress's n_kept and

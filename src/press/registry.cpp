@@ -50,6 +50,7 @@ std::unique_ptr<Press> make_press(const std::string & name, const ParamMap & par
     std::unique_ptr<Press> out = r->make(p, model);
     out->name_ = name;
     out->params_ = p.json();
+    out->observes_ = r->info.wrapper ? press::find_method(p.get_string("base"))->info.observes : r->info.observes;
     return out;
 }
 
@@ -71,6 +72,7 @@ nlohmann::json MethodInfo::to_json() const {
             {"summary", summary},
             {"wrapper", wrapper},
             {"scores_from_prefill", observes},
+            {"scores_while_decoding", decodes},
             {"params", ps},
             {"kvpress_preset", kvpress_params},
             {"differs_from_kvpress_under_preset", kvpress_differs},
@@ -81,6 +83,7 @@ std::vector<MethodInfo> press_methods() {
     std::vector<MethodInfo> v;
     for (const press::Registration * r : press::all_methods()) {
         MethodInfo info = r->info;
+        info.decodes = bool(r->segment);
         if (info.wrapper) {  // a wrapper observes when its base does: report its default base
             const press::Registration * base = press::find_method(press::wrapper_base_param()[0].def);
             info.observes = base && base->info.observes;

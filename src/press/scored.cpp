@@ -55,10 +55,49 @@ Registration uniform_method(MethodInfo info, ScorerFactory scorer) {
     return r;
 }
 
+Scores score_segments(const KvStore & cache, int n_threads, const SegmentScore & f) {
+    Scores s;
+    s.L = cache.n_rows(0, 0);
+    s.s.assign(size_t(cache.n_layer()), std::vector<std::vector<float>>(size_t(cache.n_head_kv())));
+    parallel_for(int64_t(cache.n_layer()) * cache.n_head_kv(), n_threads, [&](int64_t u) {
+        const int il = int(u / cache.n_head_kv()), h = int(u % cache.n_head_kv());
+        s.s[size_t(il)][size_t(h)] = f(cache, il, h);
+    });
+    return s;
+}
+
+namespace {
+class StatelessSegments : public SegmentScorer {
+public:
+    explicit StatelessSegments(SegmentScore f) : f_(std::move(f)) {}
+    std::vector<float> score(const KvStore & cache, int il, int h) override { return f_(cache, il, h); }
+    std::unique_ptr<SegmentScorer> another() const override { return std::make_unique<StatelessSegments>(f_); }
+
+private:
+    SegmentScore f_;
+};
+}  // namespace
+
+std::unique_ptr<SegmentScorer> stateless_segment_scorer(SegmentScore f) {
+    return std::make_unique<StatelessSegments>(std::move(f));
+}
+
+void refuse_decode_params(const std::string & method, const ParamMap & params) {
+    if (!params.empty())
+        throw Error("decode-policy",
+                    method + " while decoding takes no --decode-param (got " + params.begin()->first + ")");
+}
+
 std::vector<ParamSpec> window_params() {
     return {{"window", "32", "observation window w: the last w context tokens, always kept"},
             {"kernel", "7", "pooling kernel size (odd; 1 disables pooling)"},
             {"pooling", "max", "pooling of the scores along the keys: max, avg or none", {"max", "avg", "none"}}};
+}
+
+ParamMap kvpress_window_params(const ParamMap & more) {
+    ParamMap p = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
+    p.insert(more.begin(), more.end());
+    return p;
 }
 
 const std::vector<ParamSpec> & wrapper_base_param() {

@@ -156,9 +156,9 @@ Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
     go.eog_ids = s.tok.eog_ids();
     go.sampling = p.req.sampling;
     go.n_logprobs = p.req.logprobs ? std::max(1, p.req.top_logprobs) : 0;
-    DecodePolicy policy(s.opts.decode, s.model, s.decode_scorer);
-    policy.start(work);
-    go.decode = &policy.hook();
+    const std::unique_ptr<DecodePolicy> policy = s.decode->another();
+    policy->start(work);
+    go.decode = &policy->hook();
     TextStream ts(s.tok, p.req.stop);
     bool first = true;
     o.r = engine.generate(work, p.query, go, [&](int32_t tok) {
@@ -175,7 +175,7 @@ Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
     if (!o.client_gone && !rest.empty()) o.client_gone = !emit(rest);
     o.text = ts.text();
     o.kv_peak_bytes = o.r.kv_peak_bytes;
-    if (s.opts.decode.method != "none") o.decode = policy.stats().to_json();
+    if (s.opts.decode.method != "none") o.decode = policy->stats().to_json();
     o.finish = o.r.stop_reason == "max_tokens" && !ts.stopped() ? "length" : "stop";
     s.metrics.ttft(o.request_ttft_s);
     if (o.r.n_decoded > 0) s.metrics.decode_per_token(o.r.decode_s / double(o.r.n_decoded));

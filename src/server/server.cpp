@@ -116,7 +116,7 @@ Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
     } catch (const ApiError & e) {  // the shared store went away while it was read
         throw Error("serve", e.what());
     }
-    s.decode_scorer = DecodePolicy(o.decode, model).scorer();  // the policy's options checked at start
+    s.decode = std::make_unique<DecodePolicy>(o.decode, model);  // the policy's options checked at start
 
     if (o.max_connections < 1 || o.max_per_client < 1 || o.read_timeout_s < 1)
         throw Error("serve", "--max-connections, --max-connections-per-client and --read-timeout must be at least 1");

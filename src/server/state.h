@@ -30,8 +30,9 @@ struct ServerState {
     // model's context times the longest token's bytes (no text of more bytes fits in the context).
     size_t max_prompt_bytes = 0;
     int bound_port = -1;
-    // kvzap while decoding: the scorer, loaded once at start for every request's policy
-    std::shared_ptr<const Surrogate> decode_scorer;
+    // compression while decoding: the policy made once at start (its options checked, what its
+    // method loads read once), from which every request takes its own (DecodePolicy::another)
+    std::unique_ptr<DecodePolicy> decode;
 
     ServerState(const Model & m, const Tokenizer & t, ServerOptions o);
 };

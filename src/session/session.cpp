@@ -26,14 +26,27 @@ ContextSession::ContextSession(Engine & engine, const std::vector<MethodRequest>
     if (opts.max_query_tokens < 0 || opts.max_answer_tokens < 0)
         throw Error("session", "query and answer lengths cannot be negative");
     for (const MethodRequest & m : methods) {
-        presses_.push_back(make_press(m.name, m.params, engine.model()));
-        if (presses_.back()->has_scoring_passes() && !opts.tok)
-            throw Error("session", m.name + " runs prompts of its own: the session needs the model's tokenizer");
+        owned_.push_back(make_press(m.name, m.params, engine.model()));
+        presses_.push_back(owned_.back().get());
     }
+    check_presses();
+}
+
+ContextSession::ContextSession(Engine & engine, Press & press, SessionOptions opts)
+    : engine_(engine), opts_(opts), reserve_(answer_reserve(opts)), presses_{&press} {
+    if (opts.max_query_tokens < 0 || opts.max_answer_tokens < 0)
+        throw Error("session", "query and answer lengths cannot be negative");
+    check_presses();
+}
+
+void ContextSession::check_presses() const {
+    for (const Press * p : presses_)
+        if (p->has_scoring_passes() && !opts_.tok)
+            throw Error("session", p->name() + " runs prompts of its own: the session needs the model's tokenizer");
 }
 
 void ContextSession::prefill(const std::vector<int32_t> & context) {
-    if (base_) throw Error("session", "a session prefills one context");
+    if (base_ || prefill_.n_tokens > 0) throw Error("session", "a session prefills one context");
     const int64_t L = int64_t(context.size()), n_ctx = engine_.model().hparams().n_ctx_train;
     if (L < 1) throw Error("session", "the context is empty");
     if (L + reserve_ > n_ctx)
@@ -47,14 +60,14 @@ void ContextSession::prefill(const std::vector<int32_t> & context) {
     // until compress() (full() and compress() free what the windows no longer see).
     base->hold_all_rows(!presses_.empty());
     ObserverSet observers(engine_.model());
-    for (auto & p : presses_) observers.add(p->observer(*base, L));
+    for (Press * p : presses_) observers.add(p->observer(*base, L));
     PrefillStats ps;
     engine_.prefill(*base, context, &ps, nullptr, observers.get());
-    for (const auto & p : presses_) ps.seconds -= p->observe_seconds();  // the model's part
+    for (const Press * p : presses_) ps.seconds -= p->observe_seconds();  // the model's part
     // The methods' own passes (KVzip's repeat prompts), each rolled back at once: the store
     // holds exactly the context again after each. Their time is the method's.
     bool passes_ran = false;
-    for (auto & p : presses_) {
+    for (Press * p : presses_) {
         if (!p->has_scoring_passes()) continue;
         passes_ran = true;
         const double t0 = now_seconds();
@@ -95,6 +108,15 @@ PreparedCache ContextSession::full() const {
 PreparedCache ContextSession::compress(size_t method, const Budget & budget) {
     Press & press = *presses_.at(method);
     PreparedCache p{prefilled().copy(), {}, press.name()};
+    p.stats = kvlab::compress(press, p.cache, budget, reserve_);
+    return p;
+}
+
+PreparedCache ContextSession::compress_prefilled(size_t method, const Budget & budget) {
+    Press & press = *presses_.at(method);
+    prefilled();  // throws before any prefill
+    PreparedCache p{std::move(*base_), {}, press.name()};
+    base_.reset();
     p.stats = kvlab::compress(press, p.cache, budget, reserve_);
     return p;
 }

@@ -116,7 +116,7 @@ const MethodRegistrar reg([] {
                                 return chunk_select(s, b.per_layer(s.L), chunk);
                             });
     };
-    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"chunking", "kvpress"}};
+    r.info.kvpress_params = kvpress_window_params({{"chunking", "kvpress"}});
     r.info.defaults_differ =
         "chunking=kvlab: chunks of the candidate rows fill the budget exactly (the window kept apart); kvpress keeps "
         "int(n_chunks (1 - cr)) whole chunks of all rows by mean score and may end below the budget";

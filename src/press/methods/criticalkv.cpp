@@ -102,7 +102,7 @@ const MethodRegistrar reg([] {
     r.make = [](const Params & p, const Model & m) -> std::unique_ptr<Press> {
         return std::make_unique<CriticalPress>(make_base_scorer(p, m), m, p.get_string("stages") == "kvpress");
     };
-    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"stages", "kvpress"}};
+    r.info.kvpress_params = kvpress_window_params({{"stages", "kvpress"}});
     r.info.defaults_differ =
         "stages=kvlab: stage 1 is half the candidates and epsilon is added to the window sum; kvpress: stage 1 is "
         "int(0.5 (1 - cr) L) rows counting the window, epsilon on the window mean";

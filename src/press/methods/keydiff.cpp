@@ -1,5 +1,6 @@
 // KeyDiff (docs/methods.md): keys least similar to the mean normalised key are kept
-// (score = -cos(k_j, mean)); the first n_sink tokens are always kept.
+// (score = -cos(k_j, mean)); the first n_sink tokens are always kept. A segment's scores come
+// from its own keys, in the prefill and while decoding alike.
 #include "kernels/scoring.h"
 #include "press/method.h"
 #include "press/policy.h"
@@ -7,18 +8,16 @@
 namespace kvlab::press {
 namespace {
 
+std::vector<float> keydiff_scores(const KvStore & cache, int il, int h) {
+    return kernels::keydiff(keys(cache, il, h).data(), cache.n_rows(il, h), cache.head_dim());
+}
+
 class KeyDiffScorer : public Scorer {
 public:
     KeyDiffScorer(int64_t n_sink, const Model & m) : n_sink_(n_sink), n_threads_(m.n_threads()) {}
     Scores score(const KvStore & cache) override {
-        Scores s;
-        s.L = cache.n_rows(0, 0);
+        Scores s = score_segments(cache, n_threads_, keydiff_scores);
         s.n_sink = std::min(n_sink_, s.L);
-        s.s.assign(cache.n_layer(), std::vector<std::vector<float>>(cache.n_head_kv()));
-        parallel_for(int64_t(cache.n_layer()) * cache.n_head_kv(), n_threads_, [&](int64_t u) {
-            const int il = int(u / cache.n_head_kv()), h = int(u % cache.n_head_kv());
-            s.s[il][h] = kernels::keydiff(keys(cache, il, h).data(), s.L, cache.head_dim());
-        });
         return s;
     }
 
@@ -43,6 +42,10 @@ const MethodRegistrar reg([] {
                        make_scorer);
     r.info.kvpress_params = {{"n_sink", "0"}};
     r.info.defaults_differ = "keeps 4 sinks; kvpress keeps none";
+    r.segment = [](const ParamMap & params, const Model &) {  // the policy's --decode-target sinks apply
+        refuse_decode_params("keydiff", params);
+        return stateless_segment_scorer(keydiff_scores);
+    };
     return r;
 });
 

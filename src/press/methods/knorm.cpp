@@ -1,4 +1,5 @@
-// Knorm (docs/methods.md): keep the keys with the lowest L2 norm (post-RoPE).
+// Knorm (docs/methods.md): keep the keys with the lowest L2 norm (post-RoPE); a segment's scores
+// come from its own keys, in the prefill and while decoding alike.
 #include "kernels/scoring.h"
 #include "press/method.h"
 #include "press/policy.h"
@@ -6,31 +7,27 @@
 namespace kvlab::press {
 namespace {
 
+std::vector<float> knorm_scores(const KvStore & cache, int il, int h) {
+    return kernels::negative_key_norms(keys(cache, il, h).data(), cache.n_rows(il, h), cache.head_dim());
+}
+
 class KnormScorer : public Scorer {
 public:
     explicit KnormScorer(const Model & m) : n_threads_(m.n_threads()) {}
-    Scores score(const KvStore & cache) override {
-        Scores s;
-        s.L = cache.n_rows(0, 0);
-        s.s.assign(cache.n_layer(), std::vector<std::vector<float>>(cache.n_head_kv()));
-        parallel_for(int64_t(cache.n_layer()) * cache.n_head_kv(), n_threads_, [&](int64_t u) {
-            const int il = int(u / cache.n_head_kv()), h = int(u % cache.n_head_kv());
-            s.s[il][h] = kernels::negative_key_norms(keys(cache, il, h).data(), s.L, cache.head_dim());
-        });
-        return s;
-    }
+    Scores score(const KvStore & cache) override { return score_segments(cache, n_threads_, knorm_scores); }
 
 private:
     int n_threads_;
 };
 
-std::unique_ptr<Scorer> make_scorer(const Params &, const Model & m) {
-    return std::make_unique<KnormScorer>(m);
-}
-
 const MethodRegistrar reg([] {
-    Registration r =
-        uniform_method(MethodInfo{"knorm", "keeps the keys with the lowest L2 norm", {}, false, false}, make_scorer);
+    Registration r = uniform_method(
+        MethodInfo{"knorm", "keeps the keys with the lowest L2 norm", {}, false, false},
+        [](const Params &, const Model & m) -> std::unique_ptr<Scorer> { return std::make_unique<KnormScorer>(m); });
+    r.segment = [](const ParamMap & params, const Model &) {
+        refuse_decode_params("knorm", params);
+        return stateless_segment_scorer(knorm_scores);
+    };
     return r;
 });
 

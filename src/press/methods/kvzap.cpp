@@ -6,6 +6,7 @@
 // rows predicted at or above it are kept whatever their number (kvpress's threshold mode). The
 // last `window` rows are always kept. Rows are freed (kvpress masks them).
 #include <chrono>
+#include <limits>
 
 #include "kvlab/error.h"
 #include "kvlab/surrogate.h"
@@ -69,6 +70,67 @@ private:
     QueryObserver obs_;
 };
 
+// While decoding (DMSPress's threshold): each generated row is scored by the surrogate from the
+// hidden state of its own decoding step; the context's rows are not scored (+inf: they stay).
+class KvzapSegments : public SegmentScorer {
+public:
+    KvzapSegments(std::shared_ptr<const Surrogate> zap, const HParams & hp, Threshold t)
+        : zap_(std::move(zap)), hp_(hp), t_(t) {
+        pending_.assign(size_t(hp_.n_layer), std::vector<float>(size_t(hp_.n_head_kv)));
+        obs_.on_hidden = [this](int il, int64_t, int64_t n, const float * x) {
+            zap_->predict(il, x + (n - 1) * hp_.n_embd, 1, pending_[size_t(il)].data());
+        };
+    }
+    const QueryObserver * observer() override { return &obs_; }
+    std::optional<Threshold> threshold() const override { return t_; }
+    std::unique_ptr<SegmentScorer> another() const override { return std::make_unique<KvzapSegments>(zap_, hp_, t_); }
+    void start(const KvStore & cache) override {
+        generated_.assign(size_t(cache.n_layer()),
+                          std::vector<std::vector<std::pair<int32_t, float>>>(size_t(cache.n_head_kv())));
+    }
+    void after_token(const KvStore & cache) override {
+        const int32_t pos = cache.next_pos() - 1;
+        for (int il = 0; il < hp_.n_layer; ++il)
+            for (int h = 0; h < hp_.n_head_kv; ++h)
+                generated_[size_t(il)][size_t(h)].emplace_back(pos, pending_[size_t(il)][size_t(h)]);
+    }
+    std::vector<float> score(const KvStore & cache, int il, int h) override {
+        const std::vector<int32_t> & pos = cache.positions(il, h);
+        const auto & gen = generated_[size_t(il)][size_t(h)];
+        std::vector<float> out(pos.size(), std::numeric_limits<float>::infinity());
+        size_t g = 0;
+        for (size_t r = 0; r < pos.size(); ++r) {
+            while (g < gen.size() && gen[g].first < pos[r]) ++g;
+            if (g < gen.size() && gen[g].first == pos[r]) out[r] = gen[g].second;
+        }
+        return out;
+    }
+    // the predictions of the rows still held (both lists ascend by position)
+    void compressed(const KvStore & cache) override {
+        for (int il = 0; il < cache.n_layer(); ++il)
+            for (int h = 0; h < cache.n_head_kv(); ++h) {
+                const std::vector<int32_t> & pos = cache.positions(il, h);
+                auto & gen = generated_[size_t(il)][size_t(h)];
+                std::vector<std::pair<int32_t, float>> still;
+                size_t r = 0;
+                for (const auto & e : gen) {
+                    while (r < pos.size() && pos[r] < e.first) ++r;
+                    if (r < pos.size() && pos[r] == e.first) still.push_back(e);
+                }
+                gen = std::move(still);
+            }
+    }
+
+private:
+    std::shared_ptr<const Surrogate> zap_;
+    HParams hp_;
+    Threshold t_;
+    QueryObserver obs_;
+    std::vector<std::vector<float>> pending_;  // [layer][head] the last decoded token's predictions
+    // [layer][head] (position, predicted log score) of the generated rows still held
+    std::vector<std::vector<std::vector<std::pair<int32_t, float>>>> generated_;
+};
+
 const MethodRegistrar reg([] {
     Registration r;
     r.info = MethodInfo{
@@ -99,6 +161,20 @@ const MethodRegistrar reg([] {
             return by_threshold ? select_threshold(s, threshold, layers) : select_global(s, b.per_layer(s.L), layers);
         };
         return scored_press(std::make_unique<KvzapScorer>(p, m), std::move(policy));
+    };
+    r.segment = [info = r.info](const ParamMap & params, const Model & m) -> std::unique_ptr<SegmentScorer> {
+        // the method's own parameters, checked as `--param` is; n_sink does not apply (the
+        // context's rows stay)
+        if (params.count("n_sink"))
+            throw Error("decode-policy", "kvzap while decoding keeps every context row: no n_sink");
+        const Params p("kvzap", info.params, params);
+        if (p.get_string("threshold").empty())
+            throw Error("decode-policy", "kvzap while decoding needs a threshold (--decode-param threshold=T)");
+        const SegmentScorer::Threshold t{float(p.get_float("threshold")), p.get_int("window")};
+        if (t.window < 0) throw Error("decode-policy", "the window cannot be negative");
+        auto zap = std::make_shared<const Surrogate>(
+            scorer_for(m, p.get_string("scorer"), Surrogate::kind_of(p.get_string("kind"))));
+        return std::make_unique<KvzapSegments>(std::move(zap), m.hparams(), t);
     };
     return r;
 });

@@ -38,7 +38,7 @@ const MethodRegistrar reg([] {
                                 return select_per_layer_budget(s, B);
                             });
     };
-    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}, {"budgets", "kvpress"}};
+    r.info.kvpress_params = kvpress_window_params({{"budgets", "kvpress"}});
     r.info.defaults_differ =
         "budgets=factory: KVCache-Factory's formula (PyramidKV's reference code), the window on top of each layer's "
         "share; kvpress: window + L(1-cr) falling linearly, the window inside, uniform when the smallest would be "

@@ -71,7 +71,7 @@ const MethodRegistrar reg([] {
         uniform_method(MethodInfo{"snapkv", "observation-window attention, pooled; the same budget for every layer",
                                   window_params(), false, true},
                        make_window_scorer);
-    r.info.kvpress_params = {{"window", "64"}, {"kernel", "5"}, {"pooling", "avg"}};
+    r.info.kvpress_params = kvpress_window_params();
     r.info.defaults_differ =
         "w=32, k=7 and max pooling, as SnapKV's reference code; kvpress uses w=64, k=5, avg pooling and averages the "
         "window rows";

@@ -1,21 +1,23 @@
-// StreamingLLM (docs/methods.md): the first n_sink tokens and the most recent B - n_sink.
+// StreamingLLM (docs/methods.md): the first n_sink tokens and the most recent B - n_sink; a row's
+// score is its position, in the prefill and while decoding alike.
 #include "press/method.h"
 #include "press/policy.h"
 
 namespace kvlab::press {
 namespace {
 
+std::vector<float> recency(const KvStore & cache, int il, int h) {
+    const std::vector<int32_t> & pos = cache.positions(il, h);
+    return std::vector<float>(pos.begin(), pos.end());
+}
+
 class RecencyScorer : public Scorer {
 public:
     explicit RecencyScorer(int64_t n_sink) : n_sink_(n_sink) {}
     Scores score(const KvStore & cache) override {
-        Scores s;
-        s.L = cache.n_rows(0, 0);
+        Scores s = score_segments(cache, 1, recency);
         s.n_sink = std::min(n_sink_, s.L);
         s.per_layer = true;
-        std::vector<float> recency(static_cast<size_t>(s.L));
-        for (int64_t j = 0; j < s.L; ++j) recency[j] = float(j);
-        s.s.assign(cache.n_layer(), std::vector<std::vector<float>>(cache.n_head_kv(), recency));
         return s;
     }
 
@@ -30,12 +32,17 @@ std::unique_ptr<Scorer> make_scorer(const Params & p, const Model &) {
 }
 
 const MethodRegistrar reg([] {
-    return uniform_method({"streaming_llm",
-                           "attention sinks plus the most recent tokens",
-                           {{"n_sink", "4", "first tokens always kept (attention sinks)"}},
-                           false,
-                           false},
-                          make_scorer);
+    Registration r = uniform_method({"streaming_llm",
+                                     "attention sinks plus the most recent tokens",
+                                     {{"n_sink", "4", "first tokens always kept (attention sinks)"}},
+                                     false,
+                                     false},
+                                    make_scorer);
+    r.segment = [](const ParamMap & params, const Model &) {
+        refuse_decode_params("streaming_llm", params);
+        return stateless_segment_scorer(recency);
+    };
+    return r;
 });
 
 }  // namespace
