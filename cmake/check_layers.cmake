@@ -3,7 +3,8 @@ cmake_minimum_required(VERSION 3.25)
 # its own, those cmake/layers.cmake lists for it, and theirs, transitively. Run by the build
 # (target kvlab_layers) before anything is compiled:
 #   cmake -DROOT=<source dir> -DSTAMP=<file> -P check_layers.cmake
-# A file's layer is its folder (src/<layer>/..., tools/); a public header's is listed in layers.cmake.
+# A file's layer is its folder (src/<layer>/..., tools/, python/src/); a public header's is listed
+# in layers.cmake; a bare include ("common.h") is a header beside the file, else one of tools/.
 include("${CMAKE_CURRENT_LIST_DIR}/layers.cmake")
 
 # The layers `layer` may see, itself included.
@@ -19,12 +20,13 @@ function(visible_layers layer out)
   endwhile()
   set(${out} ${seen} PARENT_SCOPE)
 endfunction()
-foreach(l IN LISTS KVLAB_LAYERS)
+foreach(l IN LISTS KVLAB_LAYERS KVLAB_FRONT_LAYERS)
   visible_layers(${l} KVLAB_VISIBLE_${l})
 endforeach()
 
-# The layer of an included header, or "" for one outside kvlab (ggml, libllama, std).
-function(header_layer inc from_layer out)
+# The layer of an included header, or "" for one outside kvlab (ggml, libllama, std); from_dir is
+# the including file's folder.
+function(header_layer inc from_layer from_dir out)
   set(result "")
   if(inc MATCHES "^kvlab/(.+)$")
     set(h "${CMAKE_MATCH_1}")
@@ -38,14 +40,16 @@ function(header_layer inc from_layer out)
     endif()
   elseif(inc MATCHES "^([a-z]+)/" AND CMAKE_MATCH_1 IN_LIST KVLAB_LAYERS)
     set(result "${CMAKE_MATCH_1}")
-  elseif(from_layer STREQUAL "tools" AND EXISTS "${ROOT}/tools/${inc}")
+  elseif(NOT inc MATCHES "/" AND EXISTS "${from_dir}/${inc}")
+    set(result "${from_layer}")
+  elseif(NOT inc MATCHES "/" AND EXISTS "${ROOT}/tools/${inc}")
     set(result tools)
   endif()
   set(${out} "${result}" PARENT_SCOPE)
 endfunction()
 
 file(GLOB_RECURSE files "${ROOT}/src/*.cpp" "${ROOT}/src/*.h" "${ROOT}/tools/*.cpp" "${ROOT}/tools/*.h"
-     "${ROOT}/include/kvlab/*.h")
+     "${ROOT}/include/kvlab/*.h" "${ROOT}/python/src/*.cpp" "${ROOT}/python/src/*.h")
 set(errors "")
 foreach(f IN LISTS files)
   file(RELATIVE_PATH rel "${ROOT}" "${f}")
@@ -53,16 +57,19 @@ foreach(f IN LISTS files)
     set(layer "${CMAKE_MATCH_1}")
   elseif(rel MATCHES "^tools/")
     set(layer tools)
+  elseif(rel MATCHES "^python/src/")
+    set(layer python)
   elseif(rel MATCHES "^include/kvlab/(.+)$")
-    header_layer("kvlab/${CMAKE_MATCH_1}" "" layer)
+    header_layer("kvlab/${CMAKE_MATCH_1}" "" "" layer)
   endif()
-  if(NOT layer IN_LIST KVLAB_LAYERS)
+  if(NOT layer IN_LIST KVLAB_LAYERS AND NOT layer IN_LIST KVLAB_FRONT_LAYERS)
     message(FATAL_ERROR "[layers] ${rel}: folder '${layer}' is not a layer")
   endif()
   file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
   foreach(line IN LISTS lines)
     string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*$" "\\1" inc "${line}")
-    header_layer("${inc}" "${layer}" target)
+    get_filename_component(dir "${f}" DIRECTORY)
+    header_layer("${inc}" "${layer}" "${dir}" target)
     if(NOT target STREQUAL "" AND NOT target IN_LIST KVLAB_VISIBLE_${layer})
       string(APPEND errors "\n  ${rel} (${layer}) includes \"${inc}\" (${target}; ${layer} sees ${KVLAB_VISIBLE_${layer}})")
     endif()

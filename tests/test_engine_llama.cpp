@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "app/fetch.h"
 #include "environment.h"
 #include "eval/metrics.h"
 #include "ggml.h"

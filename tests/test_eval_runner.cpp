@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 
+#include "app/fetch.h"
 #include "environment.h"
 #include "eval/report.h"
 #include "eval/runner.h"
@@ -23,7 +24,7 @@ namespace {
 // The run's surroundings as the kvlab binary takes them (tools/environment.h).
 eval::RunEnv env() {
     const cli::Environment & e = cli::environment();
-    return {e.models, e.cache_dir, e.data_dir};
+    return {[&e](const std::string & m) { return resolve_model(m, e.models); }, e.cache_dir, e.data_dir};
 }
 
 namespace fs = std::filesystem;

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "app/fetch.h"
 #include "environment.h"
 #include "kvlab/engine.h"
 #include "kvlab/error.h"

@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "app/fetch.h"
 #include "environment.h"
 #include "kvlab/engine.h"
 #include "kvlab/op_profile.h"

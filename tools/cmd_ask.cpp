@@ -306,9 +306,7 @@ const CommandRegistrar reg("ask", [](CLI::App & app, int & rc) {
     cmd->add_flag("--query-aware", a->query_aware,
                   "append each question to the context before compressing (one prefill and compression per question)");
     cmd->add_option("-n,--max-tokens", a->max_tokens, "most tokens per answer")->check(CLI::PositiveNumber);
-    add_threads_option(cmd, a->threads);
-    add_kernel_options(cmd, a->kernels);
-    add_engine_options(cmd, a->engine);
+    add_run_options(cmd, a->threads, a->kernels, a->engine);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");
     add_decode_policy_options(cmd, a->decode);
     add_json_flag(cmd, a->json, "the answers, timings, bytes, kept rows and provenance");

@@ -165,9 +165,7 @@ const CommandRegistrar reg("bench", [](CLI::App & app, int & rc) {
     add_list_option(cmd, "--contexts", a->contexts, "context lengths in tokens")->check(CLI::PositiveNumber);
     cmd->add_option("--reps", a->reps, "repetitions (the median is reported)")->check(CLI::PositiveNumber);
     cmd->add_option("--decode", a->n_decode, "tokens decoded on top of each context")->check(CLI::PositiveNumber);
-    add_threads_option(cmd, a->threads);
-    add_kernel_options(cmd, a->kernels);
-    add_engine_options(cmd, a->engine);
+    add_run_options(cmd, a->threads, a->kernels, a->engine);
     add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
     cmd->add_flag("--instructions", a->instructions,
                   "also count the instructions (callgrind) of one 512-token prefill and one decode step: "

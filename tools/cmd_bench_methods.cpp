@@ -260,9 +260,7 @@ const CommandRegistrar reg("bench-methods", [](CLI::App & app, int & rc) {
     cmd->add_flag("--prefill-per-method", a->prefill_per_method,
                   "each method prefills the context itself, observed by it alone (its result's prefill_s); "
                   "the top-level prefill_s is then a prefill observed by no method");
-    add_threads_option(cmd, a->threads);
-    add_kernel_options(cmd, a->kernels);
-    add_engine_options(cmd, a->engine);
+    add_run_options(cmd, a->threads, a->kernels, a->engine);
     add_json_flag(cmd, a->json, "the results, every repetition and the provenance");
     cmd->callback([&rc, a] { rc = run_bench_methods(*a); });
 });

@@ -91,9 +91,7 @@ const CommandRegistrar reg("compress", [](CLI::App & app, int & rc) {
     add_budget_options(cmd, a->budget);
     add_param_option(cmd, a->params, false);
     add_preset_option(cmd, a->preset);
-    add_threads_option(cmd, a->threads);
-    add_kernel_options(cmd, a->kernels);
-    add_engine_options(cmd, a->engine);
+    add_run_options(cmd, a->threads, a->kernels, a->engine);
     add_json_flag(cmd, a->json, "what was written: tokens, rows, bytes, timings");
     cmd->callback([&rc, a] { rc = run_compress(*a); });
 });

@@ -136,9 +136,7 @@ const CommandRegistrar reg("generate", [](CLI::App & app, int & rc) {
     cmd->add_option("--top-k", a->top_k, "keep the k most likely tokens; 0 keeps all")->check(CLI::NonNegativeNumber);
     cmd->add_option("--top-p", a->top_p, "nucleus sampling mass; 1 keeps all")->check(CLI::Range(0.0f, 1.0f));
     cmd->add_option("-s,--seed", a->seed, "sampling seed");
-    add_threads_option(cmd, a->threads);
-    add_kernel_options(cmd, a->kernels);
-    add_engine_options(cmd, a->engine);
+    add_run_options(cmd, a->threads, a->kernels, a->engine);
     cmd->add_option("--logprobs", a->logprobs, "with --json: top-K log-probabilities at each generated position")
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--no-stop", a->no_stop, "do not stop at end-of-generation tokens");

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "app/fetch.h"
 #include "common.h"
 #include "environment.h"
 #include "kvlab/registry.h"

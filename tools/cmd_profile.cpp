@@ -134,9 +134,7 @@ const CommandRegistrar reg("profile", [](CLI::App & app, int & rc) {
     cmd->add_option("--context", a->context, "tokens prefilled (random ids from the vocabulary, as `kvlab bench`)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--decode", a->n_decode, "single-token steps on top of the context")->check(CLI::PositiveNumber);
-    add_threads_option(cmd, a->threads);
-    add_kernel_options(cmd, a->kernels);
-    add_engine_options(cmd, a->engine);
+    add_run_options(cmd, a->threads, a->kernels, a->engine);
     add_json_flag(cmd, a->json, "every phase's per-node, per-thread seconds and the provenance");
     cmd->add_flag("--no-warmup", a->no_warmup,
                   "profile the engine's first prefill (by default a prefill of the same context runs first, not "

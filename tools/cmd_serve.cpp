@@ -136,9 +136,7 @@ const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
                     "open connections from one client address; past it the same rule")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
-    add_threads_option(cmd, a->threads);
-    add_kernel_options(cmd, a->kernels);
-    add_engine_options(cmd, a->engine);
+    add_run_options(cmd, a->threads, a->kernels, a->engine);
     add_decode_policy_options(cmd, a->decode);
     cmd->add_flag(
         "--no-prefix-reuse", [a](int64_t) { a->o.prefix_reuse = false; },

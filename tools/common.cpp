@@ -10,39 +10,16 @@
 
 #include "environment.h"
 #include "kvlab/error.h"
-#include "kvlab/registry.h"
 #include "kvlab/sys.h"
 
 namespace kvlab::cli {
 
-namespace {
-// Says so on stderr when other work keeps some of the CPUs busy.
-void say_idle(int idle) {
-    const int n = n_cpus();
-    if (idle < n)
-        std::fprintf(stderr, "[threads] %d of %d CPUs: the others are busy with other work (-t N to choose)\n", idle,
-                     n);
-}
-}  // namespace
-
 Loaded load(const std::string & name_or_path, const ModelOptions & opts) {
-    Loaded l;
-    l.path = resolve_model(name_or_path, environment().models);
-    l.model = Model::load(l.path, opts);  // n_threads 0: the model samples the idle CPUs itself
-    if (opts.n_threads == 0) say_idle(l.model->n_threads());
-    l.tok = std::make_unique<Tokenizer>(l.path);
-    if (l.tok->n_vocab() != l.model->hparams().n_vocab)
-        throw Error("model", l.path + ": the vocabulary (" + std::to_string(l.tok->n_vocab()) +
-                                 " tokens) does not match the output layer (" +
-                                 std::to_string(l.model->hparams().n_vocab) + ")");
-    return l;
+    return app::load(name_or_path, opts, environment().models);
 }
 
 ModelOptions KernelArgs::options(int n_threads) const {
-    return {.n_threads = n_threads,
-            .products = parse_products(products),
-            .repack = !no_repack,
-            .hash_cache_dir = environment().cache_dir};
+    return app::KernelArgs::options(n_threads, environment().cache_dir);
 }
 
 void add_kernel_options(CLI::App * cmd, KernelArgs & k) {
@@ -58,13 +35,6 @@ void add_kernel_options(CLI::App * cmd, KernelArgs & k) {
                   "keep every weight matrix in its GGUF layout (by default, under amx and vnni, kvlab packs the "
                   "matrices its block order reads into 16-row panels, and those ggml's CPU backend can repack "
                   "into a faster layout go there, as libllama places them)");
-}
-
-int resolve_threads(int requested) {
-    if (requested > 0) return requested;
-    const int idle = idle_cpus();
-    say_idle(idle);
-    return idle;
 }
 
 CLI::Option * add_model_arg(CLI::App * cmd, std::string & model, bool required) {
@@ -93,20 +63,10 @@ CLI::Option * add_attention_option(CLI::App * cmd, std::string & value) {
         ->check(CLI::IsMember({"kvlab", "ggml"}));
 }
 
-EngineOptions EngineArgs::options() const {
-    EngineOptions o;
-    o.chunk_size = chunk;
-    o.attention = parse_attention_kernel(attention);
-    o.cache_types = {parse_cache_type(cache_type_k), parse_cache_type(cache_type_v), !no_kv_rotation};
-    return o;
-}
-
-nlohmann::json EngineArgs::to_json() const {
-    return {{"chunk_size", chunk},
-            {"attention", attention},
-            {"cache_type_k", cache_type_k},
-            {"cache_type_v", cache_type_v},
-            {"kv_rotation", !no_kv_rotation}};
+void add_run_options(CLI::App * cmd, int & threads, KernelArgs & k, EngineArgs & e) {
+    add_threads_option(cmd, threads);
+    add_kernel_options(cmd, k);
+    add_engine_options(cmd, e);
 }
 
 void add_engine_options(CLI::App * cmd, EngineArgs & e) {
@@ -123,12 +83,6 @@ void add_engine_options(CLI::App * cmd, EngineArgs & e) {
     cmd->add_flag("--no-kv-rotation", e.no_kv_rotation,
                   "store quantized K/V rows as they are, without the Walsh-Hadamard rotation llama.cpp applies "
                   "(as its LLAMA_ATTN_ROT_DISABLE=1)");
-}
-
-DecodePolicyOptions DecodeArgs::options() const {
-    DecodePolicyOptions r = o;
-    r.params = parse_params(params);
-    return r;
 }
 
 void add_decode_policy_options(CLI::App * cmd, DecodeArgs & d) {
@@ -149,26 +103,6 @@ void add_decode_policy_options(CLI::App * cmd, DecodeArgs & d) {
 
 CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & what) {
     return cmd->add_flag("--json", json, "print " + what + " as one JSON object on stdout");
-}
-
-Budget BudgetArgs::budget() const {
-    Budget b;
-    if (tokens >= 0)
-        b = Budget::from_tokens(tokens);
-    else if (ratio >= 0.0)
-        b = Budget::from_ratio(ratio);
-    else if (kv_bytes >= 0)
-        b = Budget::from_bytes(kv_bytes);
-    else if (bytes_ratio >= 0.0)
-        b = Budget::from_bytes_ratio(bytes_ratio);
-    else
-        throw Error("cli", "a method needs --ratio R, --budget B, --kv-bytes N or --bytes-ratio R");
-    if (!demote.empty() || high_share >= 0.0) {
-        if (demote.empty()) throw Error("cli", "--high-share needs --demote TYPE");
-        b.set_demotion(parse_cache_type(demote), high_share);
-    }
-    b.sliding = sliding;
-    return b;
 }
 
 void add_budget_options(CLI::App * cmd, BudgetArgs & b) {
@@ -211,47 +145,6 @@ CLI::Option * add_preset_option(CLI::App * cmd, std::string & preset) {
                      "kvpress: every method takes the parameters that follow kvpress's rules (see `kvlab methods`; "
                      "--param overrides them)")
         ->check(CLI::IsMember({"", "kvpress"}));
-}
-
-namespace {
-std::pair<std::string, std::string> split_kv(const std::string & kv, const std::string & whole) {
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0)
-        throw Error("cli", "--param takes KEY=VALUE (or METHOD:KEY=VALUE), got '" + whole + "'");
-    return {kv.substr(0, eq), kv.substr(eq + 1)};
-}
-}  // namespace
-
-ParamMap parse_params(const std::vector<std::string> & kvs) {
-    ParamMap m;
-    for (const std::string & kv : kvs) {
-        const auto [k, v] = split_kv(kv, kv);
-        m[k] = v;
-    }
-    return m;
-}
-
-std::map<std::string, ParamMap> parse_method_params(const std::vector<std::string> & specs,
-                                                    const std::vector<std::string> & methods) {
-    std::map<std::string, ParamMap> out;
-    for (const std::string & p : specs) {
-        const size_t colon = p.find(':'), eq = p.find('=');
-        std::string method;
-        std::string kv = p;
-        if (colon != std::string::npos && (eq == std::string::npos || colon < eq)) {
-            method = p.substr(0, colon);
-            kv = p.substr(colon + 1);
-        } else if (methods.size() == 1) {
-            method = methods[0];
-        } else {
-            throw Error("cli", "--param " + p + ": several methods run; say which with METHOD:KEY=VALUE");
-        }
-        if (std::find(methods.begin(), methods.end(), method) == methods.end())
-            throw Error("cli", "--param " + p + ": no method " + method + " in the run");
-        const auto [k, v] = split_kv(kv, p);
-        out[method][k] = v;
-    }
-    return out;
 }
 
 nlohmann::json memory_json(const Model & model, const KvStore * cache, const Engine * engine) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "app/load.h"
+#include "app/options.h"
 #include "command.h"
 #include "kvlab/cache.h"
 #include "kvlab/decode_policy.h"
@@ -20,25 +22,18 @@
 
 namespace kvlab::cli {
 
-struct Loaded {
-    std::string path;
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Tokenizer> tok;
-};
-
-// Resolves a short name or path (fetching a known model if needed) and loads it.
+using app::Loaded;
+// Resolves a short name or path in the environment's model store (fetching a known model if
+// needed) and loads it (app::load).
 Loaded load(const std::string & name_or_path, const ModelOptions & opts);
 
 // The kernels' choices on the command line: --products and --no-repack (llama.cpp's flag).
-struct KernelArgs {
-    std::string products = "auto";
-    bool no_repack = false;
+struct KernelArgs : app::KernelArgs {
     ModelOptions options(int n_threads) const;  // throws for --products amx where the CPU lacks it
 };
 void add_kernel_options(CLI::App * cmd, KernelArgs & k);
 
-// -t 0 (the default): the CPUs other work leaves idle (idle_cpus()), said on stderr.
-int resolve_threads(int requested);
+using app::resolve_threads;
 
 // --- options -------------------------------------------------------------------------
 // MODEL, the first positional of every subcommand that takes a model.
@@ -48,23 +43,14 @@ CLI::Option * add_chunk_option(CLI::App * cmd, int & chunk);
 CLI::Option * add_attention_option(CLI::App * cmd, std::string & value);  // --attention kvlab|ggml
 
 // The engine's choices on the command line: --chunk, --attention, -ctk / -ctv (llama.cpp's
-// --cache-type-k / --cache-type-v: f16, q8_0, q4_0).
-struct EngineArgs {
-    int chunk = 512;
-    std::string attention = "kvlab";
-    std::string cache_type_k = "f16", cache_type_v = "f16";
-    bool no_kv_rotation = false;  // --no-kv-rotation: quantized rows stored as they are (CacheTypes::rotate)
-    EngineOptions options() const;
-    nlohmann::json to_json() const;  // {chunk_size, attention, cache_type_k, cache_type_v, kv_rotation}
-};
+// --cache-type-k / --cache-type-v: f16, q8_0, q4_0), --no-kv-rotation.
+using app::EngineArgs;
 void add_engine_options(CLI::App * cmd, EngineArgs & e);
+// -t, the kernels' and the engine's options: what every command that runs the model takes.
+void add_run_options(CLI::App * cmd, int & threads, KernelArgs & k, EngineArgs & e);
 // Compression while decoding: --decode-policy, --decode-interval, --decode-target,
 // --decode-param KEY=VALUE (kvzap's threshold, window, scorer, kind); docs/methods.md.
-struct DecodeArgs {
-    DecodePolicyOptions o;
-    std::vector<std::string> params;
-    DecodePolicyOptions options() const;  // the parameters parsed
-};
+using app::DecodeArgs;
 void add_decode_policy_options(CLI::App * cmd, DecodeArgs & d);
 
 CLI::Option * add_json_flag(CLI::App * cmd, bool & json, const std::string & what);
@@ -76,18 +62,7 @@ CLI::Option * add_list_option(CLI::App * cmd, const std::string & name, std::vec
 }
 
 // --ratio R | --budget B | --kv-bytes N | --bytes-ratio R (at most one), --demote T, --high-share F.
-struct BudgetArgs {
-    double ratio = -1.0;
-    int64_t tokens = -1;
-    int64_t kv_bytes = -1;
-    double bytes_ratio = -1.0;
-    std::string demote;        // "" : rows are evicted
-    double high_share = -1.0;  // < 0: unset
-    bool sliding = false;      // --compress-sliding
-    bool given() const { return ratio >= 0.0 || tokens >= 0 || kv_bytes >= 0 || bytes_ratio >= 0.0; }
-    bool any() const { return given() || !demote.empty() || high_share >= 0.0; }  // a budget option at all
-    Budget budget() const;                                                        // throws when none was given
-};
+using app::BudgetArgs;
 void add_budget_options(CLI::App * cmd, BudgetArgs & b);
 
 // --param: `KEY=VALUE` where one method runs, `METHOD:KEY=VALUE` where several do (a bare
@@ -96,10 +71,8 @@ CLI::Option * add_param_option(CLI::App * cmd, std::vector<std::string> & params
 // --preset kvpress: each method's parameters follow kvpress's rules (`kvlab methods`); --param
 // still overrides them.
 CLI::Option * add_preset_option(CLI::App * cmd, std::string & preset);
-ParamMap parse_params(const std::vector<std::string> & kvs);
-// METHOD -> its parameters; throws naming a --param whose method is not in `methods`.
-std::map<std::string, ParamMap> parse_method_params(const std::vector<std::string> & specs,
-                                                    const std::vector<std::string> & methods);
+using app::parse_method_params;
+using app::parse_params;
 
 // --- output ----------------------------------------------------------------------------
 // Process and buffer memory figures, in bytes.

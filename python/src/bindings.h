@@ -1,6 +1,7 @@
 // kvlab's Python module (`import kvlab`; docs/python.md): the seed's backend API over kvlab's
-// engine. A front end like tools/ (it takes the environment's model store and caches through
-// tools/environment.h); the objects it shares between the binding files are declared here.
+// engine. A front end like tools/, on the same floor (src/app/: loading by name, the environment's
+// stores, options from strings, compressing in place); the objects it shares between the binding
+// files are declared here.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -14,7 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "common.h"
+#include "app/environment.h"
+#include "app/load.h"
 #include "kvlab/cache.h"
 #include "kvlab/engine.h"
 #include "kvlab/error.h"
@@ -28,7 +30,7 @@ namespace pb = pybind11;
 // (`lock`, taken through ModelLock): Python threads that share a model wait for each other, the
 // GIL released meanwhile.
 struct PyModel {
-    cli::Loaded loaded;
+    app::Loaded loaded;
     std::unique_ptr<Engine> engine;
     double load_ms = 0.0;
     std::mutex lock;
@@ -71,6 +73,9 @@ struct PyCache {
     bool pristine = true;  // only prefills from position 0, nothing compressed or generated
 };
 
+// The process environment (app/environment.h lists the variables), read once at first use.
+const app::Environment & environment();
+
 // JSON to Python objects and back, through Python's json module (invalid UTF-8 replaced).
 pb::object json_to_python(const nlohmann::json & j);
 nlohmann::json json_from_python(const pb::object & o);
@@ -86,12 +91,9 @@ void bind_cache(pb::module_ & m);
 void bind_compress(pb::module_ & m);
 void bind_eval(pb::module_ & m);
 
-// kvlab.compress with a Python scorer (scorer.cpp): `scorer` is a callable or has a `score`
-// method; `options` the keyword arguments compress() got (per, n_sink, window, alpha).
-pb::object compress_with_scorer(PyCache & cache, const pb::object & scorer, const Budget & budget,
-                                const pb::kwargs & options);
-// A plain prefill whose sliding-window layers (Gemma 3) freed the rows their windows no longer
-// see: a method, which scores every layer's rows, needs the context prefilled again with them held.
-bool slid(const PyCache & c);
+// The press of a Python scorer (scorer.cpp): `scorer` is a callable or has a `score` method;
+// `options` the keyword arguments compress() got (per, n_sink, window, alpha). Made and dropped
+// with the GIL held (it holds the scorer's Python objects).
+std::unique_ptr<Press> scorer_press(const pb::object & scorer, const pb::kwargs & options, const Model & model);
 
 }  // namespace kvlab::py

@@ -1,15 +1,11 @@
 // kvlab.compress(cache, method, ratio=... | budget=... | kv_bytes=... | bytes_ratio=..., **params):
 // any registered method frees rows of a cache, as `kvlab compress` and `ask` do; kvlab.methods().
 // A Python scorer in place of the method's name goes to compress_with_scorer (scorer.cpp).
+#include "app/compress_in_place.h"
 #include "bindings.h"
 #include "kvlab/error.h"
-#include "kvlab/session.h"
 
 namespace kvlab::py {
-
-bool slid(const PyCache & c) {
-    return c.pristine && !c.context.empty() && !c.store->uniform();
-}
 
 namespace {
 
@@ -48,49 +44,35 @@ void bind_compress(pb::module_ & m) {
             PyModel & pm = *cache.owner;
             Budget b = budget_of(ratio, budget, kv_bytes, bytes_ratio, demote);
             b.sliding = compress_sliding;  // the CLI's --compress-sliding
-            if (!pb::isinstance<pb::str>(how)) {
+            // a registered method by name, or a Python scorer's press (made and dropped with the GIL held)
+            std::unique_ptr<Press> press;
+            if (pb::isinstance<pb::str>(how)) {
+                const std::string method = how.cast<std::string>();
+                press = make_press(method, apply_preset(preset, method, param_map(params)), pm.model());
+            } else {
                 if (!preset.empty()) throw Error("python", "preset applies to kvlab's methods, not to a Python scorer");
-                return compress_with_scorer(cache, how, b, params);
+                press = scorer_press(how, params, pm.model());
             }
-            const std::string method = how.cast<std::string>();
-            const MethodRequest req{method, apply_preset(preset, method, param_map(params))};
-            std::unique_ptr<Press> press = make_press(req.name, req.params, pm.model());
-            // A method that observes the prefill (its queries, hidden states or passes of its own)
+            // A method that scores from the prefill (its queries, hidden states or passes of its own)
             // scores from a prefill of the cache's context made with it watching, as the CLI's.
-            // (asked of a throwaway press on an empty cache: asking sets a press up for a prefill)
-            KvStore probe = pm.engine->new_cache(0);
-            const bool observes = press->has_scoring_passes() || press->observer(probe, 1) != nullptr;
-            // (also a plain prefill whose sliding-window layers slid: a method scores every layer's rows)
-            const bool reprefill = observes || slid(cache);
-            if (observes && (!cache.pristine || cache.context.empty()))
-                throw Error("python", method +
+            if (press->observes() && (!cache.pristine || cache.context.empty()))
+                throw Error("python", press->name() +
                                           " scores from the prefill: compress a cache that holds only a plain "
                                           "prefill of its context (Model.prefill on a new cache)");
-            CompressStats st;
-            nlohmann::json resolved;
+            app::InPlace done;
             {
                 pb::gil_scoped_release nogil;
                 ModelLock hold(pm);
-                if (reprefill) {
-                    SessionOptions so{0, 0, &pm.tok(), cache.store->types()};
-                    ContextSession s(*pm.engine, {req}, so);
-                    s.prefill(cache.context);
-                    PreparedCache p = s.compress(0, b);
-                    resolved = s.press(0).params();
-                    st = p.stats;
-                    *cache.store = std::move(p.cache);
-                } else {
-                    press = make_press(req.name, req.params, pm.model());  // a fresh one: the probe set it up
-                    resolved = press->params();
-                    st = kvlab::compress(*press, *cache.store, b, 0);
-                }
+                const std::vector<int32_t> none;
+                done = app::compress_in_place(*pm.engine, &pm.tok(), *cache.store,
+                                              cache.pristine ? cache.context : none, *press, b);
             }
             cache.pristine = false;
-            nlohmann::json j = st.to_json();
-            j["method"] = method;
-            j["params"] = resolved;
+            nlohmann::json j = done.stats.to_json();
+            j["method"] = press->name();
+            j["params"] = press->params();
             j["budget"] = b.to_json();
-            j["reprefilled"] = reprefill;
+            j["reprefilled"] = done.reprefilled;
             return json_to_python(j);
         },
         pb::arg("cache"), pb::arg("method"), pb::arg("ratio") = pb::none(), pb::arg("budget") = pb::none(),

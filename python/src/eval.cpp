@@ -4,8 +4,8 @@
 // answers) as the runner makes them, counted with the model's tokenizer.
 #include <fstream>
 
+#include "app/fetch.h"
 #include "bindings.h"
-#include "environment.h"
 #include "eval/report.h"
 #include "eval/runner.h"
 #include "kvlab/error.h"
@@ -18,7 +18,7 @@ using ModelClass = pb::class_<PyModel, std::shared_ptr<PyModel>>;
 
 // KVLAB_DATA_DIR when set, else the essays installed with the package (kvlab/data/haystack)
 std::string data_dir() {
-    const std::string & d = cli::environment().data_dir;
+    const std::string & d = environment().data_dir;
     if (!d.empty()) return d;
     const pb::object os_path = pb::module_::import("os.path");
     const pb::object here = os_path.attr("dirname")(pb::module_::import("kvlab").attr("__file__"));
@@ -26,8 +26,8 @@ std::string data_dir() {
 }
 
 eval::RunEnv run_env() {
-    const cli::Environment & e = cli::environment();
-    return {e.models, e.cache_dir, data_dir()};
+    const app::Environment & e = environment();
+    return {[&e](const std::string & m) { return resolve_model(m, e.models); }, e.cache_dir, data_dir()};
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // logits, generation from a cache and from scratch, memory figures.
 #include <filesystem>
 
+#include "app/options.h"
 #include "bindings.h"
 #include "kvlab/error.h"
 #include "kvlab/provenance.h"
@@ -79,18 +80,18 @@ CPUs other work leaves idle, as the CLI's -t 0. Calls on one model run one at a 
         .def(pb::init([](const std::string & name, int threads, const std::string & products, int chunk,
                          const std::string & ctk, const std::string & ctv) {
                  auto pm = std::make_shared<PyModel>();
-                 cli::KernelArgs k;
+                 app::KernelArgs k;
                  k.products = products;
-                 cli::EngineArgs e;
+                 app::EngineArgs e;
                  e.chunk = chunk;
                  e.cache_type_k = ctk;
                  e.cache_type_v = ctv;
                  const EngineOptions eo = e.options();  // checks the names before the load
-                 const ModelOptions mo = k.options(threads);
+                 const ModelOptions mo = k.options(threads, environment().cache_dir);
                  {
                      pb::gil_scoped_release nogil;
                      const double t0 = now_seconds();
-                     pm->loaded = cli::load(name, mo);
+                     pm->loaded = app::load(name, mo, environment().models);
                      pm->load_ms = (now_seconds() - t0) * 1e3;
                      pm->engine = std::make_unique<Engine>(*pm->loaded.model, eo);
                  }

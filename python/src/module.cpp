@@ -1,13 +1,22 @@
 // The module `kvlab._kvlab`: kvlab errors as kvlab.Error (a RuntimeError carrying kvlab's
 // message), the process's memory figures, and the binding files' parts.
+#include <cstdlib>
+
 #include "bindings.h"
-#include "environment.h"
 #include "kvlab/error.h"
 #include "kvlab/log.h"
 #include "kvlab/provenance.h"
 #include "kvlab/sys.h"
 
 namespace kvlab::py {
+
+const app::Environment & environment() {
+    static const app::Environment e = app::environment_from([](const char * name) {
+        const char * v = std::getenv(name);
+        return std::string(v ? v : "");
+    });
+    return e;
+}
 
 pb::object json_to_python(const nlohmann::json & j) {
     return pb::module_::import("json").attr("loads")(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -43,7 +52,7 @@ PYBIND11_MODULE(_kvlab, m) {
     m.doc() = "kvlab: KV-cache reuse and compression on llama.cpp's ggml (see help(kvlab))";
     pybind11::register_exception<kvlab::Error>(m, "Error", PyExc_RuntimeError);
     // ggml's and libllama's messages: errors only unless KVLAB_VERBOSE=1, as the CLI
-    kvlab::set_backend_logging(kvlab::cli::environment().verbose);
+    kvlab::set_backend_logging(py::environment().verbose);
     m.attr("__version__") = kvlab::kvlab_version();
     m.def(
         "memory_snapshot",

@@ -194,7 +194,7 @@ private:
 }  // namespace
 
 std::string run(const RunConfig & cfg, const RunEnv & env, const std::function<void(const Progress &)> & on_progress) {
-    const std::string path = resolve_model(cfg.model, env.models);
+    const std::string path = env.resolve_model(cfg.model);
     // n_threads 0: follows the idle CPUs
     auto model = Model::load(path, {.n_threads = cfg.threads,
                                     .products = parse_products(cfg.products),

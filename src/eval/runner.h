@@ -84,11 +84,12 @@ struct Progress {
     std::string what;
 };
 
-// What a run takes from its surroundings (the tools fill it from the environment,
-// tools/environment.h): where models come from, where file hashes are memoised, and a folder
-// searched first for the bundled haystack.
+// What a run takes from its surroundings (the front ends fill it from the environment,
+// app/environment.h): where models come from (a short name or path to a GGUF file, fetched when
+// needed: app/fetch.h), where file hashes are memoised, and a folder searched first for the
+// bundled haystack.
 struct RunEnv {
-    ModelStore models;
+    std::function<std::string(const std::string & name_or_path)> resolve_model;
     std::string hash_cache_dir;
     std::string data_dir;  // "": only beside the executable and the working directory
 };

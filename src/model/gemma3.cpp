@@ -68,27 +68,17 @@ public:
         hp.attn_scale = 1.0f;
 
         const int64_t n_embd = hp.n_embd, n_q = int64_t(hp.n_head) * hp.head_dim;
-        const int64_t n_kv = int64_t(hp.n_head_kv) * hp.head_dim, n_ff = n_ff_;
-        const graph::EmbeddingsAndHead e = graph::load_embeddings_and_head(r, hp);
-        tok_embd_ = e.tok_embd;
-        output_norm_ = e.output_norm;
-        output_ = e.output;
+        head_ = graph::load_embeddings_and_head(r, hp);
 
         layers_.resize(hp.n_layer);
         for (int il = 0; il < hp.n_layer; ++il) {
             Gemma3Layer & l = layers_[il];
             l.attn_norm = r.required_layer(il, "attn_norm.weight", {n_embd}, vec);
-            l.attn.wq = r.required_layer(il, "attn_q.weight", {n_embd, n_q}, mat);
-            l.attn.wk = r.required_layer(il, "attn_k.weight", {n_embd, n_kv}, mat);
-            l.attn.wv = r.required_layer(il, "attn_v.weight", {n_embd, n_kv}, mat);
-            l.attn.q_norm = r.required_layer(il, "attn_q_norm.weight", {hp.head_dim}, vec);
-            l.attn.k_norm = r.required_layer(il, "attn_k_norm.weight", {hp.head_dim}, vec);
+            l.attn = graph::load_qkv(r, hp, il, graph::Want::none, graph::Want::required);
             l.wo = r.required_layer(il, "attn_output.weight", {n_q, n_embd}, mat);
             l.attn_post_norm = r.required_layer(il, "post_attention_norm.weight", {n_embd}, vec);
             l.ffn_norm = r.required_layer(il, "ffn_norm.weight", {n_embd}, vec);
-            l.ffn.gate = r.required_layer(il, "ffn_gate.weight", {n_embd, n_ff}, mat);
-            l.ffn.up = r.required_layer(il, "ffn_up.weight", {n_embd, n_ff}, mat);
-            l.ffn.down = r.required_layer(il, "ffn_down.weight", {n_ff, n_embd}, mat);
+            l.ffn = graph::load_ffn(r, hp, il, n_ff_);
             l.ffn_post_norm = r.required_layer(il, "post_ffw_norm.weight", {n_embd}, vec);
         }
     }
@@ -96,15 +86,11 @@ public:
     ggml_tensor * build_graph(const GraphContext & g) const override {
         ggml_context * ctx = g.ctx;
         const int n_layer = int(layers_.size());
-        ggml_tensor * x =
-            graph::name(ggml_scale(ctx, graph::embed(g, tok_embd_), std::sqrt(float(g.hp.n_embd))), "inp_scaled", -1);
+        ggml_tensor * x = graph::name(ggml_scale(ctx, graph::embed(g, head_.tok_embd), std::sqrt(float(g.hp.n_embd))),
+                                      "inp_scaled", -1);
         for (int il = 0; il < n_layer; ++il) {
             const Gemma3Layer & l = layers_[il];
-            ggml_tensor * h = graph::name(graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), "attn_norm", il);
-            graph::Qkv a = graph::qkv(g, l.attn, h, rms_eps_, il);
-            a.q = graph::name(graph::rope(g, a.q, nullptr, il), "Qcur", il);
-            a.k = graph::name(graph::rope(g, a.k, nullptr, il), "Kcur", il);
-            graph::name(a.v, "Vcur", il);
+            graph::Qkv a = graph::attention_input(g, x, l.attn_norm, l.attn, rms_eps_, nullptr, il);
             a.q = ggml_scale(ctx, a.q, q_scale_);
             ggml_tensor * o = graph::attention(g, il, a, l.wo);  // F32 [n_embd, n_tokens]
             if (il == n_layer - 1) {
@@ -113,21 +99,19 @@ public:
             }
             o = graph::name(graph::rms_norm(ctx, o, l.attn_post_norm, rms_eps_), "attn_post_norm", il);
             x = graph::name(ggml_add(ctx, x, o), "sa_out", il);
-            h = graph::name(graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_), "ffn_norm", il);
+            ggml_tensor * h = graph::name(graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_), "ffn_norm", il);
             ggml_tensor * f = graph::name(graph::ffn_gelu_gated(g, l.ffn, h, il), "ffn_out", il);
             f = graph::name(graph::rms_norm(ctx, f, l.ffn_post_norm, rms_eps_), "ffn_post_norm", il);
             x = graph::name(ggml_add(ctx, x, f), "l_out", il);
         }
-        return graph::lm_head(g, x, output_norm_, rms_eps_, output_, softcap_);
+        return graph::lm_head(g, x, head_.output_norm, rms_eps_, head_.output, softcap_);
     }
 
     const ggml_tensor * attn_output(int il) const override { return layers_.at(size_t(il)).wo; }
 
     void describe(nlohmann::json & hparams) const override {
-        hparams["n_ff"] = n_ff_;
-        hparams["rms_eps"] = rms_eps_;
+        graph::describe_decoder(hparams, n_ff_, rms_eps_, head_);
         hparams["final_logit_softcapping"] = softcap_;
-        hparams["tied_embeddings"] = output_ == tok_embd_;
     }
 
 private:
@@ -135,10 +119,8 @@ private:
     float rms_eps_ = 1e-6f;
     float softcap_ = 0.0f;
     float q_scale_ = 1.0f;
-    ggml_tensor * tok_embd_ = nullptr;     // [n_embd, n_vocab]
-    ggml_tensor * output_norm_ = nullptr;  // F32 [n_embd]
-    ggml_tensor * output_ = nullptr;       // [n_embd, n_vocab] (== tok_embd_ when tied)
-    std::vector<Gemma3Layer> layers_;      // [n_layer]
+    graph::EmbeddingsAndHead head_;    // token_embd, output_norm, output (== token_embd when tied)
+    std::vector<Gemma3Layer> layers_;  // [n_layer]
 };
 
 const ArchRegistrar registrar("gemma3", [] { return std::unique_ptr<Architecture>(std::make_unique<Gemma3>()); });

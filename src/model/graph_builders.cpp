@@ -1,6 +1,7 @@
 #include "model/graph_builders.h"
 
 #include <array>
+#include <nlohmann/json.hpp>
 
 #include "kernels/products.h"
 
@@ -43,6 +44,12 @@ EmbeddingsAndHead load_embeddings_and_head(const ModelReader & r, HParams & hp) 
     return e;
 }
 
+void describe_decoder(nlohmann::json & hparams, int32_t n_ff, float rms_eps, const EmbeddingsAndHead & e) {
+    hparams["n_ff"] = n_ff;
+    hparams["rms_eps"] = rms_eps;
+    hparams["tied_embeddings"] = e.tied();
+}
+
 ggml_tensor * embed(const GraphContext & g, ggml_tensor * tok_embd) {
     return name(kernels::get_rows(g.ctx, tok_embd, g.in.tokens, g.panels), "inp_embd", -1);
 }
@@ -53,6 +60,27 @@ ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, flo
 
 ggml_tensor * linear(const GraphContext & g, ggml_tensor * w, ggml_tensor * b, ggml_tensor * x) {
     return add_bias(g.ctx, matmul(g, w, x), b);
+}
+
+QkvWeights load_qkv(const ModelReader & r, const HParams & hp, int il, Want biases, Want qk_norm) {
+    using Role = ModelReader::Role;
+    const int64_t n_embd = hp.n_embd, n_q = int64_t(hp.n_head) * hp.head_dim;
+    const int64_t n_kv = int64_t(hp.n_head_kv) * hp.head_dim;
+    const auto vec = [&](Want want, const char * suffix, int64_t n) -> ggml_tensor * {
+        if (want == Want::none) return nullptr;
+        return want == Want::required ? r.required_layer(il, suffix, {n}, Role::vector)
+                                      : r.optional_layer(il, suffix, {n}, Role::vector);
+    };
+    QkvWeights w;
+    w.wq = r.required_layer(il, "attn_q.weight", {n_embd, n_q}, Role::matrix);
+    w.wk = r.required_layer(il, "attn_k.weight", {n_embd, n_kv}, Role::matrix);
+    w.wv = r.required_layer(il, "attn_v.weight", {n_embd, n_kv}, Role::matrix);
+    w.bq = vec(biases, "attn_q.bias", n_q);
+    w.bk = vec(biases, "attn_k.bias", n_kv);
+    w.bv = vec(biases, "attn_v.bias", n_kv);
+    w.q_norm = vec(qk_norm, "attn_q_norm.weight", hp.head_dim);
+    w.k_norm = vec(qk_norm, "attn_k_norm.weight", hp.head_dim);
+    return w;
 }
 
 Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float norm_eps, int il) {
@@ -78,10 +106,28 @@ ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_f
                          scale, 0.0f, 1.0f, 32.0f, 1.0f);
 }
 
+Qkv attention_input(const GraphContext & g, ggml_tensor * x, ggml_tensor * attn_norm, const QkvWeights & w, float eps,
+                    ggml_tensor * freq_factors, int il) {
+    Qkv a = qkv(g, w, name(rms_norm(g.ctx, x, attn_norm, eps), "attn_norm", il), eps, il);
+    a.q = name(rope(g, a.q, freq_factors, il), "Qcur", il);
+    a.k = name(rope(g, a.k, freq_factors, il), "Kcur", il);
+    name(a.v, "Vcur", il);
+    return a;
+}
+
 ggml_tensor * attention(const GraphContext & g, int il, const Qkv & qkv, ggml_tensor * wo, ggml_tensor * bo) {
     // F32 [n_head*head_dim, n_tokens]
     ggml_tensor * a = name(g.attention(il, qkv.q, qkv.k, qkv.v, qkv.x), "kqv_out", il);
     return name(linear(g, wo, bo, a), "attn_out", il);
+}
+
+FfnWeights load_ffn(const ModelReader & r, const HParams & hp, int il, int64_t n_ff) {
+    using Role = ModelReader::Role;
+    FfnWeights w;
+    w.gate = r.required_layer(il, "ffn_gate.weight", {hp.n_embd, n_ff}, Role::matrix);
+    w.up = r.required_layer(il, "ffn_up.weight", {hp.n_embd, n_ff}, Role::matrix);
+    w.down = r.required_layer(il, "ffn_down.weight", {n_ff, hp.n_embd}, Role::matrix);
+    return w;
 }
 
 ggml_tensor * ffn_silu_gated(const GraphContext & g, const FfnWeights & w, ggml_tensor * x, int il) {

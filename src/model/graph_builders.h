@@ -23,8 +23,13 @@ struct EmbeddingsAndHead {
     ggml_tensor * tok_embd = nullptr;
     ggml_tensor * output_norm = nullptr;
     ggml_tensor * output = nullptr;
+    bool tied() const { return output == tok_embd; }
 };
 EmbeddingsAndHead load_embeddings_and_head(const ModelReader & r, HParams & hp);
+
+// The hyper-parameters every architecture built from these pieces reports (Architecture::describe):
+// "n_ff", "rms_eps" and "tied_embeddings" (the LM head is the embedding table).
+void describe_decoder(nlohmann::json & hparams, int32_t n_ff, float rms_eps, const EmbeddingsAndHead & e);
 
 // Token embeddings: rows of tok_embd [n_embd, n_vocab] for g.in.tokens -> F32 [n_embd, n_tokens],
 // named "inp_embd".
@@ -52,6 +57,16 @@ struct QkvWeights {
     ggml_tensor * k_norm = nullptr;  // F32 [head_dim], optional RMS norm of each key head
 };
 
+// What a loader does with tensors an architecture may have: not look for them, take them when
+// the file has them, or require them.
+enum class Want { none, optional, required };
+
+// Layer il's Q, K and V projections: attn_q.weight [n_embd, n_head*head_dim], attn_k.weight and
+// attn_v.weight [n_embd, n_head_kv*head_dim]; then, as `biases` says, attn_q.bias, attn_k.bias and
+// attn_v.bias (F32, their outputs' sizes), and as `qk_norm` says, the per-head norms
+// attn_q_norm.weight and attn_k_norm.weight (F32 [head_dim]).
+QkvWeights load_qkv(const ModelReader & r, const HParams & hp, int il, Want biases, Want qk_norm);
+
 struct Qkv {
     ggml_tensor * x = nullptr;  // F32 [n_embd, n_tokens]: the (normed) input the projections read
     ggml_tensor * q = nullptr;  // F32 [head_dim, n_head, n_tokens]
@@ -68,6 +83,12 @@ Qkv qkv(const GraphContext & g, const QkvWeights & w, ggml_tensor * x, float nor
 // layer) of x F32 [head_dim, n_heads, n_tokens] at g.in.pos; freq_factors F32 [n_rot/2] or nullptr.
 ggml_tensor * rope(const GraphContext & g, ggml_tensor * x, ggml_tensor * freq_factors, int il);
 
+// The attention's input in a pre-norm block: the RMS norm of the residual x (attn_norm F32
+// [n_embd], eps; named "attn_norm"), Q, K and V (qkv, per-head norms at eps), RoPE on Q and K
+// (freq_factors as rope's); Q, K and V named "Qcur", "Kcur", "Vcur" (of layer il).
+Qkv attention_input(const GraphContext & g, ggml_tensor * x, ggml_tensor * attn_norm, const QkvWeights & w, float eps,
+                    ggml_tensor * freq_factors, int il);
+
 // Attention of layer il over the KV store (through the engine's g.attention; the new
 // keys and values are appended to the store) and the output projection wo
 // [n_head*head_dim, n_embd] with optional bias bo F32 [n_embd] -> F32 [n_embd, n_tokens]. The
@@ -79,6 +100,9 @@ struct FfnWeights {
     ggml_tensor * up = nullptr;    // [n_embd, n_ff]
     ggml_tensor * down = nullptr;  // [n_ff, n_embd]
 };
+
+// Layer il's gated FFN: ffn_gate.weight and ffn_up.weight [n_embd, n_ff], ffn_down.weight [n_ff, n_embd].
+FfnWeights load_ffn(const ModelReader & r, const HParams & hp, int il, int64_t n_ff);
 
 // down(silu(gate x) * up x): x F32 [n_embd, n_tokens] -> F32 [n_embd, n_tokens]. Names
 // "ffn_up", "ffn_gate", "ffn_swiglu" of layer il; the architecture names the result.

@@ -31,49 +31,28 @@ public:
         if (sliding_window_ > 0) r.fail("sliding-window attention is not supported yet");
 
         const int64_t n_embd = hp.n_embd, n_q = int64_t(hp.n_head) * hp.head_dim;
-        const int64_t n_kv = int64_t(hp.n_head_kv) * hp.head_dim, n_ff = n_ff_;
-        const graph::EmbeddingsAndHead e = graph::load_embeddings_and_head(r, hp);
-        tok_embd_ = e.tok_embd;
-        output_norm_ = e.output_norm;
-        output_ = e.output;
+        head_ = graph::load_embeddings_and_head(r, hp);
         rope_freqs_ = r.optional("rope_freqs.weight", {hp.n_rot / 2}, vec);
 
         layers_.resize(hp.n_layer);
         for (int il = 0; il < hp.n_layer; ++il) {
             LlamaLayer & l = layers_[il];
             l.attn_norm = r.required_layer(il, "attn_norm.weight", {n_embd}, vec);
-            l.attn.wq = r.required_layer(il, "attn_q.weight", {n_embd, n_q}, mat);
-            l.attn.wk = r.required_layer(il, "attn_k.weight", {n_embd, n_kv}, mat);
-            l.attn.wv = r.required_layer(il, "attn_v.weight", {n_embd, n_kv}, mat);
-            auto bias = [&](const char * name, int64_t n) {
-                return opts_.qkv_bias ? r.required_layer(il, name, {n}, vec) : r.optional_layer(il, name, {n}, vec);
-            };
-            l.attn.bq = bias("attn_q.bias", n_q);
-            l.attn.bk = bias("attn_k.bias", n_kv);
-            l.attn.bv = bias("attn_v.bias", n_kv);
-            if (opts_.qk_norm) {
-                l.attn.q_norm = r.required_layer(il, "attn_q_norm.weight", {hp.head_dim}, vec);
-                l.attn.k_norm = r.required_layer(il, "attn_k_norm.weight", {hp.head_dim}, vec);
-            }
+            l.attn = graph::load_qkv(r, hp, il, opts_.qkv_bias ? graph::Want::required : graph::Want::optional,
+                                     opts_.qk_norm ? graph::Want::required : graph::Want::none);
             l.wo = r.required_layer(il, "attn_output.weight", {n_q, n_embd}, mat);
             l.ffn_norm = r.required_layer(il, "ffn_norm.weight", {n_embd}, vec);
-            l.ffn.gate = r.required_layer(il, "ffn_gate.weight", {n_embd, n_ff}, mat);
-            l.ffn.up = r.required_layer(il, "ffn_up.weight", {n_embd, n_ff}, mat);
-            l.ffn.down = r.required_layer(il, "ffn_down.weight", {n_ff, n_embd}, mat);
+            l.ffn = graph::load_ffn(r, hp, il, n_ff_);
         }
     }
 
     ggml_tensor * build_graph(const GraphContext & g) const override {
         ggml_context * ctx = g.ctx;
         const int n_layer = int(layers_.size());
-        ggml_tensor * x = graph::embed(g, tok_embd_);  // F32 [n_embd, n_tokens]
+        ggml_tensor * x = graph::embed(g, head_.tok_embd);  // F32 [n_embd, n_tokens]
         for (int il = 0; il < n_layer; ++il) {
             const LlamaLayer & l = layers_[il];
-            ggml_tensor * h = graph::name(graph::rms_norm(ctx, x, l.attn_norm, rms_eps_), "attn_norm", il);
-            graph::Qkv a = graph::qkv(g, l.attn, h, rms_eps_, il);
-            a.q = graph::name(graph::rope(g, a.q, rope_freqs_, il), "Qcur", il);
-            a.k = graph::name(graph::rope(g, a.k, rope_freqs_, il), "Kcur", il);
-            graph::name(a.v, "Vcur", il);
+            const graph::Qkv a = graph::attention_input(g, x, l.attn_norm, l.attn, rms_eps_, rope_freqs_, il);
             ggml_tensor * o = graph::attention(g, il, a, l.wo);  // F32 [n_embd, n_tokens]
             if (il == n_layer - 1) {
                 // only the rows whose logits are wanted go through the last FFN and the head
@@ -81,33 +60,29 @@ public:
                 x = graph::output_rows(g, x);
             }
             x = graph::name(ggml_add(ctx, x, o), "ffn_inp", il);
-            h = graph::name(graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_), "ffn_norm", il);
+            ggml_tensor * h = graph::name(graph::rms_norm(ctx, x, l.ffn_norm, rms_eps_), "ffn_norm", il);
             ggml_tensor * f = graph::name(graph::ffn_silu_gated(g, l.ffn, h, il), "ffn_out", il);
             x = graph::name(ggml_add(ctx, x, f), "l_out", il);
         }
-        return graph::lm_head(g, x, output_norm_, rms_eps_, output_);
+        return graph::lm_head(g, x, head_.output_norm, rms_eps_, head_.output);
     }
 
     const ggml_tensor * attn_output(int il) const override { return layers_.at(size_t(il)).wo; }
     const ggml_tensor * rope_freq_factors() const override { return rope_freqs_; }
 
     void describe(nlohmann::json & hparams) const override {
-        hparams["n_ff"] = n_ff_;
-        hparams["rms_eps"] = rms_eps_;
+        graph::describe_decoder(hparams, n_ff_, rms_eps_, head_);
         hparams["sliding_window"] = sliding_window_;
-        hparams["tied_embeddings"] = output_ == tok_embd_;
     }
 
 private:
     LlamaOptions opts_;
     int32_t n_ff_ = 0;
     float rms_eps_ = 1e-5f;
-    int32_t sliding_window_ = 0;           // 0: none (the only value loaded)
-    ggml_tensor * tok_embd_ = nullptr;     // [n_embd, n_vocab]
-    ggml_tensor * output_norm_ = nullptr;  // F32 [n_embd]
-    ggml_tensor * output_ = nullptr;       // [n_embd, n_vocab] (== tok_embd_ when tied)
-    ggml_tensor * rope_freqs_ = nullptr;   // F32 [n_rot/2] (Llama 3 RoPE scaling), optional
-    std::vector<LlamaLayer> layers_;       // [n_layer]
+    int32_t sliding_window_ = 0;          // 0: none (the only value loaded)
+    graph::EmbeddingsAndHead head_;       // token_embd, output_norm, output (== token_embd when tied)
+    ggml_tensor * rope_freqs_ = nullptr;  // F32 [n_rot/2] (Llama 3 RoPE scaling), optional
+    std::vector<LlamaLayer> layers_;      // [n_layer]
 };
 
 }  // namespace

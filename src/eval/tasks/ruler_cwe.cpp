@@ -43,14 +43,9 @@ Sample gen_cwe(Job & job) {
     const std::string prefix =
         "Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones "
         "that appear most often.\n\n";
-    auto [b, n_tokens] = fit(job, 30, [&](size_t n) { return cwe_list(job.rng, prefix, n); });
-    Sample s;
-    s.context = std::move(b.context);
-    s.meta = b.facts;
-    s.meta["context_tokens"] = n_tokens;
-    s.metric = "string_match_all";
-    s.questions = {{"What are the 10 most common words in the list above?", b.facts["common_words"]}};
-    return s;
+    return extraction_sample(
+        job, 30, [&](size_t n) { return cwe_list(job.rng, prefix, n); },
+        "What are the 10 most common words in the list above?", "common_words");
 }
 
 const TaskRegistrar reg({

@@ -44,15 +44,9 @@ Sample gen_fwe(Job & job) {
     const std::string prefix =
         "Read the following coded text and track the frequency of each coded word. Find the three most frequently "
         "appearing coded words.\n\n";
-    auto [b, n_tokens] = fit(job, 60, [&](size_t n) { return fwe_text(job.rng, prefix, n); });
-    Sample s;
-    s.context = std::move(b.context);
-    s.meta = b.facts;
-    s.meta["context_tokens"] = n_tokens;
-    s.metric = "string_match_all";
-    s.questions = {
-        {"What are the three most frequently appearing coded words in the text above?", b.facts["top_words"]}};
-    return s;
+    return extraction_sample(
+        job, 60, [&](size_t n) { return fwe_text(job.rng, prefix, n); },
+        "What are the three most frequently appearing coded words in the text above?", "top_words");
 }
 
 const TaskRegistrar reg({

@@ -134,6 +134,22 @@ Filler essay_filler(Job & job);
 // primary, else of the first other), other_offsets.
 Sample needle_sample(Job & job, const Filler & filler, const Needles & nd);
 
+// The fitted context of a word-extraction task (ruler_cwe, ruler_fwe), make(n) building it from
+// n words (n from min_n); meta: the builder's facts and context_tokens; one question, whose
+// answers facts[answer] must all appear (string_match_all).
+template <class Make>
+Sample extraction_sample(const Job & job, size_t min_n, const Make & make, const std::string & question,
+                         const std::string & answer) {
+    auto [b, n_tokens] = fit(job, min_n, make);
+    Sample s;
+    s.context = std::move(b.context);
+    s.meta = b.facts;
+    s.meta["context_tokens"] = n_tokens;
+    s.metric = "string_match_all";
+    s.questions = {{question, b.facts[answer]}};
+    return s;
+}
+
 // ---- the registry (registry.cpp)
 
 struct TaskDef {
