@@ -26,7 +26,7 @@ kvlab="${KVLAB_BIN:-$root/build/kvlab}"
 [ -x "$kvlab" ] || { echo "bench-busy: $kvlab is not built (scripts/setup.sh)" >&2; exit 1; }
 gguf=$("$kvlab" fetch "$model")
 bench="${KVLAB_LLAMA_BENCH:-$(ls "${KVLAB_CACHE:-$HOME/.cache/kvlab}"/deps/llama-cpp-python-*/install/bin/llama-bench 2>/dev/null | head -1)}"
-[ -x "$bench" ] || { echo "bench-busy: llama-bench is not built (scripts/deps.sh builds it)" >&2; exit 1; }
+[ -x "$bench" ] || { echo "bench-busy: llama-bench is not built (scripts/deps.sh --bench builds it)" >&2; exit 1; }
 ncpu=$(nproc)
 work=$(mktemp -d)
 spinner=""

@@ -8,7 +8,8 @@ prepare_build() {
   bash "$root/scripts/models.sh" smollm2-135m >/dev/null
   if [ "${1:-}" = "--tests" ]; then bash "$root/scripts/models.sh" gemma3-270m >/dev/null; fi
   launcher=()
-  if command -v ccache >/dev/null; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  if command -v ccache >/dev/null; then  # the sloppiness lets ccache cache files built with a precompiled header
+    launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache"
+              -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   fi
 }

@@ -3,7 +3,9 @@
 #   1. Debian packages (compilers, libraries; with --tests the test tools too, with --fuzz clang
 #      and its libFuzzer runtime);
 #   2. the pinned llama.cpp tree from the llama-cpp-python sdist (sha256-checked),
-#      built as static libraries into a cache keyed by version (reused when present).
+#      built as static libraries into a cache keyed by version (reused when present); with
+#      --bench also llama-bench, the anchor of `kvlab bench` (its `common` library is a third of
+#      the build: not on the way to a first run, nor needed by the tests).
 # Prints the install prefix of the llama.cpp build on its last line.
 set -euo pipefail
 
@@ -22,9 +24,12 @@ log() { echo "[deps] $*" >&2; }
 # What kvlab needs to build and run; with --tests also what its test suite needs.
 pkgs=(build-essential cmake ninja-build ccache pkg-config git python3-pip
       nlohmann-json3-dev libcli11-dev libssl-dev libcpp-httplib-dev libeigen3-dev valgrind
-      python3-dev python3-venv python3-numpy pybind11-dev libhiredis-dev)
+      python3-dev python3-venv python3-numpy pybind11-dev libhiredis-dev
+      libopenblas0-pthread)  # numpy's BLAS: Debian's default is the reference one (10x slower lstsq)
 [ "${1:-}" = "--tests" ] && pkgs+=(libgtest-dev libgmock-dev libtinyxml2-dev chromium chromium-driver python3-selenium python3-pytest parallel redis-server)
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang libclang-rt-dev libomp-dev)  # scripts/fuzz.sh
+bench=0
+[ "${1:-}" = "--bench" ] && bench=1
 need_apt=()
 for pkg in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
@@ -50,7 +55,9 @@ build_llama_bench() {
 if [ -f "$PREFIX/.complete" ]; then
   [ -f "$PREFIX/.cpu" ] || echo "$CPU_KEY" > "$PREFIX/.cpu"
   if [ "$(cat "$PREFIX/.cpu")" = "$CPU_KEY" ]; then
-    if [ -z "$MARCH" ] && [ ! -x "$PREFIX/bin/llama-bench" ] && [ -f "$BUILD/CMakeCache.txt" ]; then build_llama_bench; fi
+    if [ -z "$MARCH" ] && [ $bench = 1 ] && [ ! -x "$PREFIX/bin/llama-bench" ] && [ -f "$BUILD/CMakeCache.txt" ]; then
+      build_llama_bench
+    fi
     log "llama.cpp $LLAMA_CPP_PY_VERSION already built in $PREFIX"
     echo "$PREFIX"
     exit 0
@@ -105,7 +112,7 @@ cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${launcher[@]}" >&2
 cmake --build "$BUILD" -j "$(nproc)" >&2
 cmake --install "$BUILD" >&2
-[ -z "$MARCH" ] && build_llama_bench
+if [ -z "$MARCH" ] && [ $bench = 1 ]; then build_llama_bench; fi
 echo "$CPU_KEY" > "$PREFIX/.cpu"
 echo "$LLAMA_CPP_PY_VERSION" > "$PREFIX/.complete"
 log "done: $PREFIX"

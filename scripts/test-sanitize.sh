@@ -20,4 +20,5 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_retu
 export LSAN_OPTIONS="suppressions=$root/tests/sanitize/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$root/tests/sanitize/ubsan.supp"
 cd "$build"
+if [ $# -eq 0 ]; then set -- -LE slow; fi  # the slow tests (a scorer trained again) run in the plain build
 ctest --output-on-failure --timeout 1800 "$@"

@@ -4,7 +4,7 @@
 //     many-questions task (six facts, six questions from one compressed cache) at 1,024
 //     tokens, 2 samples each (24 answers per row); 10 methods (kvzip and kvzap among them) x
 //     ratios 0.5 and 0.75 against the full cache (kvzap's scorer trained on first use where
-//     the model has none: the set-up trains the default model's);
+//     the model has none; the default model's is bundled, data/scorers/, installed by the set-up);
 //  2. query-aware SnapKV in the multi-turn setting: compressed with each sample's first
 //     question in its window, then every question answered from that cache (rows
 //     "snapkv (multi-turn)"; on the one-question needle tasks it is plain query-aware SnapKV);
@@ -13,8 +13,8 @@
 //     types or keeping at Q4_0 the rows it would evict (cut to one method to stay within 10
 //     minutes on 2 cores; `kvlab eval --methods ... --bytes-ratios ... --demote ... --cache-types
 //     ...` runs any other).
-// Prints the table, the best method at each ratio and the best configuration within each byte
-// budget; writes the records and the report.
+// Prints each part's table as it completes (with the best method at each ratio, the best
+// configuration within each byte budget); writes the records and the report of all three.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -63,15 +63,25 @@ void ensure_kvzap_scorer(const eval::RunConfig & c) {
     if (train_default_scorer(c.model, c.threads) != 0) throw Error("demo", "training kvzap's scorer failed");
 }
 
+// The part's table on stdout as soon as it is complete (sharded runs print none: `kvlab report`).
+void print_part(const eval::RunConfig & c, const char * title) {
+    if (c.n_shards != 1) return;
+    std::printf("## %s\n\n%s\n", title,
+                summary_markdown({(std::filesystem::path(c.out_dir) / "records-0-of-1.jsonl").string()}).c_str());
+    std::fflush(stdout);
+}
+
 int run_demo(const eval::RunConfig & c) {
     ensure_kvzap_scorer(c);
     run_eval(c, false);
+    print_part(c, "Needles and many questions: 10 methods x 2 ratios against the full cache");
     eval::RunConfig qa = c;
     qa.methods = {{"snapkv", {}}};
     qa.multi_turn = true;
     qa.out_dir = (std::filesystem::path(c.out_dir) / "multi-turn").string();
     std::fprintf(stderr, "[demo] query-aware SnapKV, the first question in its window (multi-turn)\n");
     run_eval(qa, false);
+    print_part(qa, "Query-aware SnapKV in the multi-turn setting");
     eval::RunConfig bytes = c;
     bytes.methods = {{"kvzip", {}}};
     bytes.budgets.clear();
@@ -85,11 +95,12 @@ int run_demo(const eval::RunConfig & c) {
     bytes.out_dir = (std::filesystem::path(c.out_dir) / "bytes").string();
     std::fprintf(stderr, "[demo] memory at equal bytes: KVzip evicting at F16, Q8_0 or Q4_0, or demoting to Q4_0\n");
     run_eval(bytes, false);
+    print_part(bytes, "Memory at equal bytes: KVzip within 25% and 12.5% of the F16 full cache");
     if (c.n_shards == 1)
         write_report({(std::filesystem::path(c.out_dir) / "records-0-of-1.jsonl").string(),
                       (std::filesystem::path(qa.out_dir) / "records-0-of-1.jsonl").string(),
                       (std::filesystem::path(bytes.out_dir) / "records-0-of-1.jsonl").string()},
-                     c.out_dir, true);
+                     c.out_dir, false);
     return 0;
 }
 

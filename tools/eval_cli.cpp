@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/fetch.h"
 #include "common.h"
 #include "environment.h"
 #include "eval/report.h"
@@ -197,7 +198,8 @@ eval::RunConfig resolve_eval(const EvalArgs & a, eval::RunConfig c) {
 int run_eval(const eval::RunConfig & c, bool report) {
     std::fprintf(stderr, "[eval] configuration:\n%s\n", c.to_json().dump(2).c_str());
     const Environment & e = environment();
-    const std::string out = eval::run(c, eval::RunEnv{e.models, e.cache_dir, e.data_dir}, progress_bar);
+    const auto resolve = [&e](const std::string & m) { return resolve_model(m, e.models); };
+    const std::string out = eval::run(c, eval::RunEnv{resolve, e.cache_dir, e.data_dir}, progress_bar);
     std::fprintf(stderr, "[eval] records: %s\n", out.c_str());
     if (report) {
         if (c.n_shards == 1)
@@ -209,17 +211,32 @@ int run_eval(const eval::RunConfig & c, bool report) {
     return 0;
 }
 
-void write_report(const std::vector<std::string> & files, const std::string & dir, bool print) {
-    const auto records = eval::read_records(files);
+namespace {
+// The answer records of `files` and the first header among them; throws when there is no answer.
+std::vector<nlohmann::json> answers_of(const std::vector<std::string> & files, nlohmann::json * header) {
     std::vector<nlohmann::json> answers;
-    nlohmann::json header;
-    for (const auto & r : records) {
+    for (const auto & r : eval::read_records(files)) {
         if (r.value("kind", "") == "answer")
             answers.push_back(r);
-        else if (r.value("kind", "") == "header" && header.is_null())
-            header = r;
+        else if (r.value("kind", "") == "header" && header && header->is_null())
+            *header = r;
     }
     if (answers.empty()) throw Error("report", "no answer records in the given files");
+    return answers;
+}
+
+std::string markdown_of(const std::vector<eval::SummaryRow> & rows) {
+    return eval::markdown_table(rows) + "\n" + eval::best_per_ratio(rows) + eval::best_per_bytes(rows);
+}
+}  // namespace
+
+std::string summary_markdown(const std::vector<std::string> & files) {
+    return markdown_of(eval::summarize(answers_of(files, nullptr)));
+}
+
+void write_report(const std::vector<std::string> & files, const std::string & dir, bool print) {
+    nlohmann::json header;
+    const std::vector<nlohmann::json> answers = answers_of(files, &header);
     const auto rows = eval::summarize(answers);
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -230,7 +247,7 @@ void write_report(const std::vector<std::string> & files, const std::string & di
         os << text;
         if (!os.flush()) throw Error("report", "cannot write " + p.string());
     };
-    const std::string md = eval::markdown_table(rows) + "\n" + eval::best_per_ratio(rows) + eval::best_per_bytes(rows);
+    const std::string md = markdown_of(rows);
     put("summary.md", md);
     put("score_vs_ratio.svg", eval::svg_score_vs_ratio(rows));
     put("kl_vs_ratio.svg", eval::svg_kl_vs_ratio(rows));

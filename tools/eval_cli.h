@@ -38,5 +38,8 @@ eval::RunConfig resolve_eval(const EvalArgs & a, eval::RunConfig base);
 int run_eval(const eval::RunConfig & c, bool report);
 // Writes summary.md, the SVG plots and report.html into dir; prints the table.
 void write_report(const std::vector<std::string> & files, const std::string & dir, bool print);
+// The table of the answers in `files` and the best method per ratio and per byte budget, as
+// summary.md holds them (markdown).
+std::string summary_markdown(const std::vector<std::string> & files);
 
 }  // namespace kvlab::cli

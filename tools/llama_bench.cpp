@@ -24,7 +24,7 @@ std::string llama_bench_path() {
 
 std::vector<double> run_llama_bench(const std::string & model_path, const LlamaBenchRun & r) {
     const std::string exe = llama_bench_path();
-    if (exe.empty()) throw Error("bench", "llama-bench is not built (scripts/deps.sh builds it)");
+    if (exe.empty()) throw Error("bench", "llama-bench is not built (scripts/deps.sh --bench builds it, once)");
     const std::string log =
         (std::filesystem::temp_directory_path() / ("kvlab-llama-bench-" + std::to_string(::getpid()) + ".log"))
             .string();
