@@ -71,7 +71,9 @@ SDIST="$DEPS/llama_cpp_python-$LLAMA_CPP_PY_VERSION.tar.gz"
 if [ ! -f "$SDIST" ]; then
   log "downloading llama-cpp-python $LLAMA_CPP_PY_VERSION sdist with pip"
   tmp=$(mktemp -d)
-  python3 -m pip download --quiet --no-deps --no-binary :all: \
+  # the sdist only (its build dependencies as wheels: with --no-binary :all: pip builds each of
+  # them from source to read the sdist's metadata, minutes on a machine without pip's cache)
+  python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
     "llama-cpp-python==$LLAMA_CPP_PY_VERSION" -d "$tmp" >&2
   mv "$tmp"/llama_cpp_python-*.tar.gz "$SDIST"
   rm -rf "$tmp"
