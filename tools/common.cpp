@@ -86,10 +86,13 @@ void add_engine_options(CLI::App * cmd, EngineArgs & e) {
 }
 
 void add_decode_policy_options(CLI::App * cmd, DecodeArgs & d) {
+    std::string methods;  // the registry's: every method that scores while decoding
+    for (const std::string & m : decode_policy_methods()) methods += (methods.empty() ? "" : ", ") + m;
     cmd->add_option("--decode-policy", d.o.method,
-                    "compression while decoding: none, or knorm, keydiff, streaming_llm, tova (every --decode-interval "
-                    "generated tokens, each (layer, KV head) down to --decode-target rows), or kvzap (generated rows "
-                    "whose predicted score is below --decode-param threshold=T dropped); docs/methods.md")
+                    "compression while decoding: " + methods +
+                        ". Every --decode-interval generated tokens, each (layer, KV head) down to --decode-target "
+                        "rows by the method's scores, or by its own threshold (kvzap: generated rows whose "
+                        "predicted score is below --decode-param threshold=T dropped); docs/methods.md")
         ->capture_default_str()
         ->check(CLI::IsMember(decode_policy_methods()));
     cmd->add_option("--decode-interval", d.o.interval, "generated tokens between compressions while decoding")
