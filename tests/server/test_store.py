@@ -124,9 +124,7 @@ class Replicas(unittest.TestCase):
             t0 = time.time()
             st, made, _ = b.post("/v1/contexts", body)
             self.assertEqual((st, made["reused"]), (201, False), made)
-            # it does not wait forever: the lapse (10 s) and one making, which took 172 s under ASan +
-            # UBSan on 2 vCPUs of an AMD EPYC (Zen 4) (scripts/test-sanitize.sh); bound 3.5x that
-            self.assertLess(time.time() - t0, 600)
+            self.assertLess(time.time() - t0, 120)
             self.assertIn("7431", answer(b, made["id"])[0])
             self.assertEqual(r.cli("KEYS", "kvlab:lock:*"), "")  # released
 
