@@ -161,9 +161,11 @@ std::vector<float> run_kernel(const Case & c, const Data & d, float scale, int64
         pre.resize(size_t(kernels::attn::converted_floats(p)));
         for (int t = 0; t < nth; ++t) kernels::attn::convert(p, pre.data(), t, nth);
     }
+    // the threads' scratch holds bytes of all ones first: what it held must not change a bit
+    kernels::ScratchBuffer scratch(kernels::attn::compute_scratch(p).bytes(), nth, 0xff);
     for (int t = 0; t < nth; ++t)
         kernels::attn::compute(p, d.q.data(), c.head_dim, int64_t(c.n_head) * c.head_dim, part.data(), t, nth,
-                               ahead ? pre.data() : nullptr);
+                               ahead ? pre.data() : nullptr, scratch.slice(t));
     for (int t = 0; t < nth; ++t) kernels::attn::merge(p, part.data(), out.data(), t, nth);
     return out;
 }

@@ -79,10 +79,15 @@ std::vector<float> kvlab_product(const Problem & p, int64_t m0, int64_t M, int n
     const kernels::ProductKernel & k = for_type(p, k_);
     if (!w && kquant(p.type)) w = p.panels.data();
     std::vector<uint8_t> packed(k.packed_bytes(p.K, M));
-    for (int ith = 0; ith < nth; ++ith) k.pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth);
-    std::vector<float> out(size_t(p.N * M), NAN);
+    // the threads' scratch holds bytes of all ones first: what it held must not change a bit
+    kernels::ScratchBuffer pack_scratch(k.pack_scratch(p.K, M).bytes(), nth, 0xff);
     for (int ith = 0; ith < nth; ++ith)
-        k.product(p.type, w ? w : p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth);
+        k.pack(p.x.data() + m0 * p.K, p.K, M, p.K, packed.data(), ith, nth, pack_scratch.slice(ith));
+    std::vector<float> out(size_t(p.N * M), NAN);
+    kernels::ScratchBuffer scratch(k.product_scratch(p.K, M).bytes(), nth, 0xff);
+    for (int ith = 0; ith < nth; ++ith)
+        k.product(p.type, w ? w : p.w.data(), p.row_bytes(), p.K, p.N, packed.data(), M, out.data(), p.N, ith, nth,
+                  scratch.slice(ith));
     return out;
 }
 
@@ -442,7 +447,8 @@ TEST(GemmAmxPack, HoldsGgmlsQ8_1AndQ8_0Blocks) {
     for (int j = 0; j < 32; ++j) p.x[size_t(K + j)] = (j - 16) * 0.5f + (j == 5 ? 63.5f : 0.0f);
     ASSERT_EQ(kernels::amx_kernel().packed_bytes(K, M), size_t(Mp * K + 4 * nb * Mp * 4));
     std::vector<uint8_t> packed(kernels::amx_kernel().packed_bytes(K, M), 0xAB);
-    for (int ith = 0; ith < 2; ++ith) kernels::amx_kernel().pack(p.x.data(), K, M, K, packed.data(), ith, 2);
+    ASSERT_EQ(kernels::amx_kernel().pack_scratch(K, M).bytes(), 0u);  // the block order packs without scratch
+    for (int ith = 0; ith < 2; ++ith) kernels::amx_kernel().pack(p.x.data(), K, M, K, packed.data(), ith, 2, {});
     const int8_t * qs = reinterpret_cast<const int8_t *>(packed.data());
     const float * d = reinterpret_cast<const float *>(packed.data() + Mp * K);
     const float * s = d + nb * Mp;

@@ -36,9 +36,12 @@ std::vector<float> run(ggml_type type, const Case & c, const std::vector<uint8_t
     ggml_backend_tensor_set(xt, x.data(), 0, x.size() * sizeof(float));
     ggml_context_ptr gctx(ggml_init({256 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true}));
     if (k) EXPECT_EQ(kernels::product_kernel(Products::ggml, w, xt), k);
-    ggml_tensor * y = k ? kernels::mul_mat(gctx.get(), Products::ggml, w, xt) : ggml_mul_mat(gctx.get(), w, xt);
+    kernels::GraphScratch scratch(gctx.get(), nth);
+    ggml_tensor * y =
+        k ? kernels::mul_mat(gctx.get(), Products::ggml, scratch, w, xt) : ggml_mul_mat(gctx.get(), w, xt);
     ggml_cgraph * gf = ggml_new_graph(gctx.get());
     ggml_build_forward_expand(gf, y);
+    scratch.finish();
     ggml_gallocr_ptr galloc(ggml_gallocr_new(ggml_backend_get_default_buffer_type(be.get())));
     EXPECT_TRUE(ggml_gallocr_alloc_graph(galloc.get(), gf));
     EXPECT_EQ(ggml_backend_graph_compute(be.get(), gf), GGML_STATUS_SUCCESS);

@@ -17,7 +17,11 @@
 
 namespace kvlab {
 
-class OpProfile;  // kvlab/op_profile.h
+class OpProfile;    // kvlab/op_profile.h
+struct GraphFrame;  // src/engine/graph_frame.h
+namespace kernels {
+class GraphScratch;  // src/kernels/scratch.h
+}
 
 // Which attention kernel the graphs run.
 //  kvlab: kvlab's float32 kernel on every cache shape (the default). Its result for a
@@ -95,6 +99,9 @@ struct TokenLogprob {
     std::vector<std::pair<int32_t, float>> top;  // (token, logprob), best first
 };
 
+// The log-probability of tok and the k best ones (best first) from raw logits; ids: scratch.
+TokenLogprob token_logprobs(const std::vector<float> & logits, int32_t tok, int32_t k, std::vector<int32_t> & ids);
+
 struct PrefillStats {
     int64_t n_tokens = 0;
     int64_t n_chunks = 0;
@@ -146,7 +153,24 @@ public:
     GenerateResult generate(KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & opts,
                             const std::function<bool(int32_t)> & on_token = {});
 
-    // Bytes of the compute buffer (graph intermediates) currently allocated.
+    // One sequence of a batched evaluation: n tokens appended to its own cache; the logits of its
+    // last token go to logits ([n_vocab], null: not wanted).
+    struct BatchItem {
+        KvStore * cache = nullptr;
+        const int32_t * tokens = nullptr;
+        int64_t n = 0;
+        float * logits = nullptr;
+    };
+    // Evaluates several sequences in one graph (continuous batching): the weight products run
+    // over every sequence's rows at once (the weights read once per step), each sequence attends
+    // over its own cache (kvlab's kernel; the caches of one row-type set, CacheTypes, but of any
+    // lengths and compressions). A sequence's logits are those it gets alone, to the bit, where the
+    // products give the same bits at every batch size (--products amx or vnni; ggml's may change
+    // kernel with the batch). Each cache is all or nothing as in prefill. Throws for mixed row
+    // types, a cache twice, a token outside the vocabulary or a sequence past the model's context.
+    void eval_batch(const std::vector<BatchItem> & items);
+
+    // Bytes of the compute buffer (graph intermediates) and of the kernels' scratch currently allocated.
     uint64_t compute_bytes() const;
 
 private:
@@ -156,11 +180,19 @@ private:
               const QueryObserver * observer = nullptr, int64_t tok0 = 0);
     // Huge pages for the compute buffer when ggml's allocator has made a new one.
     void advise_compute_buffer(ggml_backend_buffer_t buf);
+    // The threads the next graph computes on (its scratch is sized for them).
+    int graph_threads() const;
+    // Places the graph's kernel scratch in scratch_buf_ (grown when it needs more).
+    void bind_scratch(const kernels::GraphScratch & scratch);
+    // Allocates the frame's graph (a fresh plan when asked), sets its inputs and computes it.
+    void compute(GraphFrame & frame, ggml_tensor * out, bool fresh_plan, int n_threads, int64_t n_tokens,
+                 const std::function<void()> & set_inputs);
 
     const Model & model_;
     EngineOptions opts_;
     ggml_backend_ptr own_backend_;             // with options().n_threads > 0 (else the model's is used)
     ggml_gallocr_ptr galloc_;                  // the compute buffer's allocator
+    ggml_backend_buffer_ptr scratch_buf_;      // the kernels' scratch (kernels/scratch.h)
     std::vector<uint8_t> graph_meta_;          // storage for graph and tensor metadata
     std::pair<const void *, size_t> advised_;  // the compute buffer given huge-page advice
 };

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "engine/commit_guard.h"
+#include "engine/graph_frame.h"
 #include "engine/store_attention.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -19,34 +21,6 @@
 namespace kvlab {
 
 namespace {
-
-constexpr size_t k_max_nodes = 8192;
-
-// Undoes the rows committed to a cache unless released: whatever throws after a commit
-// (graph building, allocation, computation, an observer), the cache is left as it was.
-class CommitGuard {
-public:
-    explicit CommitGuard(KvStore & cache) : cache_(cache) {}
-    ~CommitGuard() {
-        if (n_ > 0) cache_.rollback(n_);
-    }
-    CommitGuard(const CommitGuard &) = delete;
-    CommitGuard & operator=(const CommitGuard &) = delete;
-    void add(int64_t n) { n_ += n; }
-    void release() { n_ = 0; }
-
-private:
-    KvStore & cache_;
-    int64_t n_ = 0;
-};
-
-// Rows held per segment: [n_layer][n_head_kv].
-std::vector<std::vector<int64_t>> rows_held(const KvStore & cache) {
-    std::vector<std::vector<int64_t>> n(cache.n_layer(), std::vector<int64_t>(cache.n_head_kv()));
-    for (int il = 0; il < cache.n_layer(); ++il)
-        for (int h = 0; h < cache.n_head_kv(); ++h) n[il][h] = cache.n_rows(il, h);
-    return n;
-}
 
 // Shapes kvlab's attention kernel cannot run are refused when the model meets the engine
 // (the model layer cannot see the kernel), not by an assert during attention.
@@ -82,7 +56,7 @@ Engine::Engine(const Model & model, EngineOptions opts) : model_(model), opts_(o
     }
     galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(model_.backend())));
     if (!galloc_) throw Error("engine", "could not create the graph allocator");
-    graph_meta_.resize(ggml_tensor_overhead() * k_max_nodes + ggml_graph_overhead_custom(k_max_nodes, false));
+    graph_meta_.resize(GraphFrame::meta_bytes());
 }
 
 KvStore Engine::new_cache(int64_t capacity) const {
@@ -106,7 +80,25 @@ void Engine::advise_compute_buffer(ggml_backend_buffer_t buf) {
 }
 
 uint64_t Engine::compute_bytes() const {
-    return ggml_gallocr_get_buffer_size(galloc_.get(), 0);
+    return ggml_gallocr_get_buffer_size(galloc_.get(), 0) +
+           (scratch_buf_ ? ggml_backend_buffer_get_size(scratch_buf_.get()) : 0);
+}
+
+// The scratch of kvlab's nodes in a buffer of the engine's own, grown to the largest graph's
+// need: the same lines graph after graph (each thread's slice stays in its caches, as the
+// threads' own buffers did), apart from the intermediates' buffer. Placed in the compute
+// buffer, where ggml's allocator puts it among the intermediates, decode attention at 4,096
+// tokens ran 23% slower (smollm2-135m, 2 threads, AMD EPYC Zen 4).
+void Engine::bind_scratch(const kernels::GraphScratch & scratch) {
+    const size_t need = scratch.bytes();
+    if (!scratch_buf_ || ggml_backend_buffer_get_size(scratch_buf_.get()) < need) {
+        scratch_buf_.reset();
+        scratch_buf_.reset(ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), need));
+        if (!scratch_buf_) throw MemoryError("could not allocate " + std::to_string(need) + " bytes of kernel scratch");
+    }
+    if (ggml_backend_tensor_alloc(scratch_buf_.get(), scratch.tensor(),
+                                  ggml_backend_buffer_get_base(scratch_buf_.get())) != GGML_STATUS_SUCCESS)
+        throw Error("engine", "could not place the kernels' scratch");
 }
 
 void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_out, float * logits_out,
@@ -128,53 +120,23 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     std::iota(pos.begin(), pos.end(), pos0);
     std::iota(out_ids.begin(), out_ids.end(), int32_t(n - n_out));
 
-    ggml_context_ptr ctx(ggml_init({graph_meta_.size(), graph_meta_.data(), true}));
-    if (!ctx) throw Error("engine", "could not create the graph context");
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx.get(), k_max_nodes, false);
-    GraphInputs in;
-    in.tokens = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);       // I32 [n]
-    in.pos = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);          // I32 [n]
-    in.out_ids = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n_out);  // I32 [n_out]
-    for (ggml_tensor * t : {in.tokens, in.pos, in.out_ids}) ggml_set_input(t);
-
     const bool wanted = observer && tok0 + n > observer->first;
     const bool observe_q = wanted && observer->on_queries, observe_x = wanted && observer->on_hidden;
     const bool observe = observe_q || observe_x;
-    StoreAttention store(ctx.get(), gf, hp, cache, std::move(n_past), pos, opts_.attention == AttentionKernel::ggml,
-                         observe_q, observe_x);
-    const AttentionFn attention = [&store](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * x) {
-        return store(il, q, k, v, x);
-    };
-    ggml_tensor * logits =
-        model_.arch().build_graph(GraphContext{ctx.get(), gf, hp, model_.products(), in, attention, &model_.panels()});
-    ggml_set_output(logits);
-    if (opts_.on_graph) opts_.on_graph(gf);
-
+    const int n_threads = graph_threads();
+    GraphFrame frame(graph_meta_, n, n_out, n_threads);
+    StoreAttention store(frame.ctx.get(), frame.gf, hp, cache, std::move(n_past), pos, frame.scratch,
+                         opts_.attention == AttentionKernel::ggml, observe_q, observe_x);
+    ggml_tensor * logits = frame.build(model_, [&store](int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                                                        ggml_tensor * x) { return store(il, q, k, v, x); });
+    if (opts_.on_graph) opts_.on_graph(frame.gf);
     // ggml's allocator reuses its last plan for a graph of the same shape without looking at
     // output flags: a graph whose queries are outputs (observed, or marked by on_graph) must get
     // a fresh plan, or their memory is shared with later nodes as in the unobserved graph before it.
-    if ((observe || opts_.on_graph) && !ggml_gallocr_reserve(galloc_.get(), gf))
-        throw Error("engine", "could not reserve the compute buffer");
-    if (!ggml_gallocr_alloc_graph(galloc_.get(), gf)) throw Error("engine", "could not allocate the compute buffer");
-    advise_compute_buffer(logits->buffer);
-
-    ggml_backend_tensor_set(in.tokens, tokens, 0, n * sizeof(int32_t));
-    ggml_backend_tensor_set(in.pos, pos.data(), 0, n * sizeof(int32_t));
-    ggml_backend_tensor_set(in.out_ids, out_ids.data(), 0, n_out * sizeof(int32_t));
-    store.set_inputs();
-
-    ggml_backend * be = own_backend_ ? own_backend_.get() : model_.backend();
-    if (!own_backend_) model_.refresh_threads();  // -t 0: the CPUs other processes leave idle now
-    ggml_status st = GGML_STATUS_SUCCESS;
-    const auto run = [&] {
-        st = ggml_backend_graph_compute(be, gf);
-        ggml_backend_synchronize(be);
-    };
-    if (opts_.profile)
-        opts_.profile->measure(gf, own_backend_ ? opts_.n_threads : model_.n_threads(), n, run);
-    else
-        run();
-    if (st != GGML_STATUS_SUCCESS) throw Error("engine", "graph computation failed");
+    compute(frame, logits, observe || opts_.on_graph, n_threads, n, [&] {
+        frame.set_inputs(tokens, pos.data(), out_ids.data());
+        store.set_inputs();
+    });
     if (logits_out) ggml_backend_tensor_get(logits, logits_out, 0, ggml_nbytes(logits));
     if (observe) {
         const int64_t first = std::max<int64_t>(0, observer->first - tok0);
@@ -201,6 +163,32 @@ void Engine::eval(KvStore & cache, const int32_t * tokens, int64_t n, int64_t n_
     }
     guard.release();
     cache.slide();  // sliding-window layers free the rows no later query sees
+}
+
+int Engine::graph_threads() const {
+    return own_backend_ ? opts_.n_threads : model_.refresh_threads();  // -t 0: the idle CPUs now
+}
+
+void Engine::compute(GraphFrame & frame, ggml_tensor * out, bool fresh_plan, int n_threads, int64_t n_tokens,
+                     const std::function<void()> & set_inputs) {
+    bind_scratch(frame.scratch);
+    if (fresh_plan && !ggml_gallocr_reserve(galloc_.get(), frame.gf))
+        throw Error("engine", "could not reserve the compute buffer");
+    if (!ggml_gallocr_alloc_graph(galloc_.get(), frame.gf))
+        throw Error("engine", "could not allocate the compute buffer");
+    advise_compute_buffer(out->buffer);
+    set_inputs();
+    ggml_backend * be = own_backend_ ? own_backend_.get() : model_.backend();
+    ggml_status st = GGML_STATUS_SUCCESS;
+    const auto run = [&] {
+        st = ggml_backend_graph_compute(be, frame.gf);
+        ggml_backend_synchronize(be);
+    };
+    if (opts_.profile)
+        opts_.profile->measure(frame.gf, n_threads, n_tokens, run);
+    else
+        run();
+    if (st != GGML_STATUS_SUCCESS) throw Error("engine", "graph computation failed");
 }
 
 std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> & tokens, PrefillStats * stats,
@@ -241,23 +229,6 @@ std::vector<float> Engine::prefill(KvStore & cache, const std::vector<int32_t> &
     }
     return last;
 }
-
-namespace {
-
-// The log-probability of tok and the k best ones, from raw logits (no copy of them).
-TokenLogprob token_logprobs(const std::vector<float> & logits, int32_t tok, int32_t k, std::vector<int32_t> & ids) {
-    const float lse = log_sum_exp(logits);
-    auto lp = [&](int32_t t) { return logits[t] - lse; };
-    TokenLogprob r{tok, lp(tok), {}};
-    ids.resize(logits.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    const size_t n_top = std::min<size_t>(size_t(k), ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + n_top, ids.end(), [&](int32_t a, int32_t b) { return lp(a) > lp(b); });
-    for (size_t j = 0; j < n_top; ++j) r.top.emplace_back(ids[j], lp(ids[j]));
-    return r;
-}
-
-}  // namespace
 
 GenerateResult Engine::generate(KvStore & cache, const std::vector<int32_t> & query, const GenerateOptions & opts,
                                 const std::function<bool(int32_t)> & on_token) {

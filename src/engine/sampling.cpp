@@ -55,4 +55,16 @@ int32_t sample_token(const std::vector<float> & logits, const SamplingParams & p
     return ids[dist(rng)];
 }
 
+TokenLogprob token_logprobs(const std::vector<float> & logits, int32_t tok, int32_t k, std::vector<int32_t> & ids) {
+    const float lse = log_sum_exp(logits);
+    auto lp = [&](int32_t t) { return logits[t] - lse; };
+    TokenLogprob r{tok, lp(tok), {}};
+    ids.resize(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    const size_t n_top = std::min<size_t>(size_t(k), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + n_top, ids.end(), [&](int32_t a, int32_t b) { return lp(a) > lp(b); });
+    for (size_t j = 0; j < n_top; ++j) r.top.emplace_back(ids[j], lp(ids[j]));
+    return r;
+}
+
 }  // namespace kvlab

@@ -24,11 +24,17 @@ struct RowWrite {
 
 namespace {
 
-// src[0] = K, src[1] = V: F32 [head_dim, n_head_kv, n]. Rows dealt to threads in turn.
+// A thread's scratch: a row copied out before its rotation and quantization.
+kernels::SliceSize write_scratch(const RowWrite & w) {
+    return kernels::SliceSize().add<float>(size_t(w.head_dim));
+}
+
+// src[0] = K, src[1] = V: F32 [head_dim, n_head_kv, n], src[2] the graph's scratch. Rows dealt to
+// threads in turn.
 void op_write(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const RowWrite & w = *static_cast<const RowWrite *>(userdata);
-    thread_local std::vector<float> tmp;
-    tmp.resize(size_t(w.head_dim));
+    float * tmp =
+        kernels::thread_slice(dst->src[2], write_scratch(w).bytes(), ith, nth).take<float>(size_t(w.head_dim));
     const int64_t per = int64_t(w.n_head_kv) * w.n;
     for (int64_t u = ith; u < 2 * per; u += nth) {
         const int kv = int(u / per);
@@ -37,9 +43,9 @@ void op_write(ggml_tensor * dst, int ith, int nth, void * userdata) {
         const ggml_tensor * s = dst->src[kv];
         const auto * x =
             reinterpret_cast<const float *>(static_cast<const char *>(s->data) + i * s->nb[2] + h * s->nb[1]);
-        std::copy(x, x + w.head_dim, tmp.begin());
-        if (w.rotation[kv] > 0) hadamard_rows(tmp.data(), w.head_dim, w.rotation[kv]);
-        w.from[kv](tmp.data(), w.dst[kv] + size_t(w.first[size_t(h)] + i) * w.row[kv], w.head_dim);
+        std::copy(x, x + w.head_dim, tmp);
+        if (w.rotation[kv] > 0) hadamard_rows(tmp, w.head_dim, w.rotation[kv]);
+        w.from[kv](tmp, w.dst[kv] + size_t(w.first[size_t(h)] + i) * w.row[kv], w.head_dim);
     }
 }
 
@@ -47,13 +53,14 @@ void op_write(ggml_tensor * dst, int ith, int nth, void * userdata) {
 
 StoreAttention::StoreAttention(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const KvStore & cache,
                                std::vector<std::vector<int64_t>> n_past, const std::vector<int32_t> & pos,
-                               bool use_ggml, bool observe_q, bool observe_x)
+                               kernels::GraphScratch & scratch, bool use_ggml, bool observe_q, bool observe_x)
     : ctx_(ctx),
       gf_(gf),
       hp_(hp),
       cache_(cache),
       n_past_(std::move(n_past)),
       pos_(pos),
+      scratch_(scratch),
       use_ggml_(use_ggml),
       observe_q_(observe_q),
       observe_x_(observe_x),
@@ -77,10 +84,13 @@ ggml_tensor * StoreAttention::operator()(int il, ggml_tensor * q, ggml_tensor * 
     // rotated rows (CacheTypes::rotate): Q and K by H_kr, V by H_vr, the output back by H_vr
     const int32_t kr = cache_.types().k_rotation(hp_.head_dim), vr = cache_.types().v_rotation(hp_.head_dim);
     if (kr > 0) q = hadamard(q, kr);
-    const std::vector<ggml_tensor *> writes =
-        cache_.types().quantized() || kr > 0 || vr > 0 ? write_quantized(il, k, v, kr, vr) : write_rows(il, k, v);
+    const std::vector<ggml_tensor *> writes = write(il, k, v, kr, vr);
     ggml_tensor * o = use_ggml_ && cache_.layer_uniform(il) ? flash(il, q) : kernel(il, q, writes);
     return vr > 0 ? hadamard(o, vr) : o;
+}
+
+std::vector<ggml_tensor *> StoreAttention::write(int il, ggml_tensor * k, ggml_tensor * v, int32_t kr, int32_t vr) {
+    return cache_.types().quantized() || kr > 0 || vr > 0 ? write_quantized(il, k, v, kr, vr) : write_rows(il, k, v);
 }
 
 void StoreAttention::set_inputs() const {
@@ -124,9 +134,9 @@ std::vector<ggml_tensor *> StoreAttention::write_quantized(int il, ggml_tensor *
     w->rotation[0] = kr;
     w->rotation[1] = vr;
     for (int h = 0; h < hp_.n_head_kv; ++h) w->first.push_back(cache_.offset(il, h) + n_past_[il][h]);
-    ggml_tensor * args[2] = {k, v};
+    ggml_tensor * args[3] = {k, v, scratch_.need(write_scratch(*w).bytes())};
     ggml_tensor * op = ggml_set_name(
-        ggml_custom_4d(ctx_, GGML_TYPE_F32, 1, 1, 1, 1, args, 2, op_write, GGML_N_TASKS_MAX, w.get()), "cache write");
+        ggml_custom_4d(ctx_, GGML_TYPE_F32, 1, 1, 1, 1, args, 3, op_write, GGML_N_TASKS_MAX, w.get()), "cache write");
     writes_.push_back(std::move(w));
     ggml_build_forward_expand(gf_, op);
     return {op};
@@ -185,6 +195,12 @@ ggml_tensor * StoreAttention::flash(int il, ggml_tensor * q) {
 }
 
 ggml_tensor * StoreAttention::kernel(int il, ggml_tensor * q, const std::vector<ggml_tensor *> & writes) {
+    ggml_tensor * o =
+        kernels::attn::build(ctx_, ggml_is_contiguous(q) ? q : ggml_cont(ctx_, q), problem(il), writes, scratch_);
+    return ggml_reshape_2d(ctx_, o, int64_t(hp_.head_dim) * hp_.n_head, n());
+}
+
+const kernels::attn::Problem * StoreAttention::problem(int il) {
     auto p = std::make_unique<kernels::attn::Problem>();
     p->n_q = int32_t(n());
     p->n_head = hp_.n_head;
@@ -219,9 +235,8 @@ ggml_tensor * StoreAttention::kernel(int il, ggml_tensor * q, const std::vector<
             p->low.push_back(sg);
         }
     }
-    ggml_tensor * o = kernels::attn::build(ctx_, ggml_is_contiguous(q) ? q : ggml_cont(ctx_, q), p.get(), writes);
     problems_.push_back(std::move(p));
-    return ggml_reshape_2d(ctx_, o, int64_t(hp_.head_dim) * hp_.n_head, n());
+    return problems_.back().get();
 }
 
 }  // namespace kvlab

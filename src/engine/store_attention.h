@@ -25,8 +25,8 @@ struct RowWrite;  // one layer's new rows for the quantizing write node (store_a
 class StoreAttention {
 public:
     StoreAttention(ggml_context * ctx, ggml_cgraph * gf, const HParams & hp, const KvStore & cache,
-                   std::vector<std::vector<int64_t>> n_past, const std::vector<int32_t> & pos, bool use_ggml,
-                   bool observe_q, bool observe_x);
+                   std::vector<std::vector<int64_t>> n_past, const std::vector<int32_t> & pos,
+                   kernels::GraphScratch & scratch, bool use_ggml, bool observe_q, bool observe_x);
     ~StoreAttention();  // in store_attention.cpp, where RowWrite is complete
 
     ggml_tensor * operator()(int il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * x);
@@ -39,12 +39,18 @@ public:
     // Layer il's hidden state entering the attention, F32 [n_embd, n] (graph outputs when observed).
     ggml_tensor * hidden(int il) const { return x_seen_[il]; }
 
-private:
-    int64_t n() const { return int64_t(pos_.size()); }
-
+    // The pieces operator() is made of, for a batch of stores (BatchAttention):
     // t's rows of n values times the n x n Hadamard matrix, as libllama's graph computes it: a
     // product tagged as a Hadamard matrix's, which ggml's CPU backend runs as a fast transform.
     ggml_tensor * hadamard(ggml_tensor * t, int32_t n);
+    // The nodes that write layer il's new rows k, v (F32 [head_dim, n_head_kv, n]; rotated by H_kr,
+    // H_vr where those are not 0) into the store.
+    std::vector<ggml_tensor *> write(int il, ggml_tensor * k, ggml_tensor * v, int32_t kr, int32_t vr);
+    // The kernel's problem of layer il over the store's rows (owned by this object).
+    const kernels::attn::Problem * problem(int il);
+
+private:
+    int64_t n() const { return int64_t(pos_.size()); }
 
     // The new rows of a quantized or rotated cache, every head's K and V in one node (a decode step's
     // writes would otherwise be 2 x n_head_kv quantizing copies and two rotations per layer,
@@ -70,6 +76,7 @@ private:
     const KvStore & cache_;
     std::vector<std::vector<int64_t>> n_past_;  // [n_layer][n_head_kv] rows held before the call
     const std::vector<int32_t> & pos_;          // [n] positions of the new tokens
+    kernels::GraphScratch & scratch_;           // the graph's, for kvlab's nodes
     bool use_ggml_;
     bool observe_q_, observe_x_;
     std::vector<ggml_tensor *> q_seen_, x_seen_;  // [n_layer]

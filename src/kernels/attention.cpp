@@ -231,11 +231,40 @@ void accumulate_half_any(int mq, int dv, v16 * const * acc, const float * const 
 // Per-thread scratch: one block of K transposed to [head_dim][k_block] and of V as
 // [k_block][head_dim rounded up to vectors], float32, zero beyond the rows present; the
 // running state of the unit's query vectors.
+// A thread's working memory, in its slice of the node's scratch (compute_scratch): a block of K
+// transposed and of V converted, the accumulators of `vecs` query vectors with their running maxima
+// and sums, one converted row.
 struct Scratch {
-    std::vector<v16> kt, vb, acc;
-    std::vector<float> m, l;
-    std::vector<float> row;
+    v16 *kt, *vb, *acc;
+    float *m, *l, *row;
+
+    static SliceSize size(int d, int vecs) {
+        const size_t dv = size_t((d + k_lanes - 1) / k_lanes);
+        return SliceSize()
+            .add<v16>(size_t(d) * k_kv)
+            .add<v16>(size_t(k_block) * dv)
+            .add<v16>(size_t(vecs) * dv)
+            .add<float>(size_t(vecs))
+            .add<float>(size_t(vecs))
+            .add<float>(dv * k_lanes);
+    }
+    // K and V's blocks zeroed (a block's rows past the segment's end read as zero)
+    Scratch(Slice & s, int d, int vecs) {
+        const size_t dv = size_t((d + k_lanes - 1) / k_lanes);
+        kt = s.take<v16>(size_t(d) * k_kv);
+        vb = s.take<v16>(size_t(k_block) * dv);
+        acc = s.take<v16>(size_t(vecs) * dv);
+        m = s.take<float>(size_t(vecs));
+        l = s.take<float>(size_t(vecs));
+        row = s.take<float>(dv * k_lanes);
+        std::fill(kt, kt + size_t(d) * k_kv, v16{});
+        std::fill(vb, vb + size_t(k_block) * dv, v16{});
+    }
 };
+
+bool decodes(const Problem & p, bool pre) {  // compute_decode's case (pre: blocks converted ahead)
+    return !pre && p.n_q == 1 && p.n_head / p.n_head_kv <= k_decode_vecs;
+}
 
 }  // namespace
 
@@ -478,12 +507,14 @@ namespace {
 // computes a unit never changes its result; balancing only removes the wait at the end
 // (units dealt in turn gave one thread every even chunk: the last prefill chunk's
 // diagonal units went all to one side).
-std::pair<int64_t, int64_t> unit_range(const Problem & p, int ith, int nth) {
+int64_t n_units(const Problem & p) {
+    return (p.n_q + k_tile - 1) / k_tile * p.n_head_kv * p.n_chunks();
+}
+
+// Appends the cumulative cost of each of p's units to prefix (which ends with the cost so far).
+void add_unit_costs(const Problem & p, std::vector<double> & prefix) {
     const int32_t n_chunks = p.n_chunks();
     const int64_t n_tiles = (p.n_q + k_tile - 1) / k_tile;
-    const int64_t n_units = n_tiles * p.n_head_kv * n_chunks;
-    if (nth == 1) return {0, n_units};
-    std::vector<double> prefix(size_t(n_units) + 1, 0.0);
     // the key rows [lo, vis) a query at position qp sees in segment sg
     auto seen = [&p](const Segment & sg, int32_t qp) {
         const int64_t vis = std::upper_bound(sg.pos, sg.pos + sg.n, qp) - sg.pos;
@@ -491,11 +522,10 @@ std::pair<int64_t, int64_t> unit_range(const Problem & p, int ith, int nth) {
         return std::pair<int64_t, int64_t>(lo, vis);
     };
     constexpr double k_unit_rows = 64.0;  // a unit's fixed cost, in key rows seen by its rows
-    int64_t u = 0;
     for (int64_t tile = 0; tile < n_tiles; ++tile) {
         const int64_t i0 = tile * k_tile, i1 = std::min<int64_t>(p.n_q, i0 + k_tile);
         for (int32_t g = 0; g < p.n_head_kv; ++g) {
-            for (int32_t c = 0; c < n_chunks; ++c, ++u) {
+            for (int32_t c = 0; c < n_chunks; ++c) {
                 const auto [sg, cl] = p.chunk_run(g, c);
                 const auto [lo0, vis0] = seen(*sg, p.q_pos[i0]);
                 const auto [lo1, vis1] = seen(*sg, p.q_pos[i1 - 1]);
@@ -504,15 +534,28 @@ std::pair<int64_t, int64_t> unit_range(const Problem & p, int ith, int nth) {
                     return double(std::max<int64_t>(0, std::min(vis, c1) - std::max(lo, c0)));
                 };
                 const double rows = 0.5 * (in_chunk(lo0, vis0) + in_chunk(lo1, vis1)) * double(i1 - i0);
-                prefix[size_t(u) + 1] = prefix[size_t(u)] + rows + k_unit_rows;
+                prefix.push_back(prefix.back() + rows + k_unit_rows);
             }
         }
     }
+}
+
+// Thread ith's share of the units whose cumulative costs are prefix ([0] = 0).
+std::pair<int64_t, int64_t> split_units(const std::vector<double> & prefix, int ith, int nth) {
+    const int64_t n = int64_t(prefix.size()) - 1;
     auto boundary = [&](int t) {  // the first unit whose work starts at or after t/nth of the total
         const double at = prefix.back() * double(t) / double(nth);
         return int64_t(std::lower_bound(prefix.begin(), prefix.end() - 1, at) - prefix.begin());
     };
-    return {ith == 0 ? 0 : boundary(ith), ith + 1 == nth ? n_units : boundary(ith + 1)};
+    return {ith == 0 ? 0 : boundary(ith), ith + 1 == nth ? n : boundary(ith + 1)};
+}
+
+std::pair<int64_t, int64_t> unit_range(const Problem & p, int ith, int nth) {
+    if (nth == 1) return {0, n_units(p)};
+    std::vector<double> prefix = {0.0};
+    prefix.reserve(size_t(n_units(p)) + 1);
+    add_unit_costs(p, prefix);
+    return split_units(prefix, ith, nth);
 }
 
 }  // namespace
@@ -572,7 +615,8 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
 // and its running maxima stay in registers across the block loop, and the fixed order of
 // operations that makes the result invariant is visible in one place.
 [[gnu::noinline]] void compute_tiles(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride,
-                                     float * partial, int ith, int nth, const float * pre) {
+                                     float * partial, int64_t u_begin, int64_t u_end, const float * pre,
+                                     Slice scratch) {
     const int d = p.head_dim;
     const int dv = (d + k_lanes - 1) / k_lanes;  // vectors per V row
     const int group = p.n_head / p.n_head_kv;
@@ -584,19 +628,12 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
     if (pre) pre = aligned64(pre);
     KVLAB_ASSERT(!pre || p.chunk_rows % k_block == 0, "blocks converted ahead start at multiples of k_block");
 
-    thread_local Scratch sc;
-    sc.kt.assign(size_t(d) * k_kv, v16{});
-    sc.vb.assign(size_t(k_block) * dv, v16{});
-    sc.acc.resize(size_t(max_vecs) * dv);
-    sc.m.resize(max_vecs);
-    sc.l.resize(max_vecs);
-    sc.row.resize(size_t(dv) * k_lanes);
+    Scratch sc(scratch, d, max_vecs);
     KVLAB_ASSERT(group <= k_max_group, "the engine refuses GQA groups beyond the kernel's limit");
     int64_t first[k_tile * k_max_group], visible[k_tile * k_max_group];
     const float * qv[k_tile * k_max_group];
     int active[k_tile * k_max_group];
 
-    const auto [u_begin, u_end] = unit_range(p, ith, nth);
     for (int64_t u = u_begin; u < u_end; ++u) {
         const int32_t c = int32_t(u % n_chunks);
         const int32_t g = int32_t((u / n_chunks) % p.n_head_kv);
@@ -632,15 +669,15 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
              b += k_block) {
             // the block in float32: converted ahead for all tiles (rows past r_end then hold
             // their values, which only masked lanes and zero weights ever meet), or here
-            const v16 * ktv = sc.kt.data();
-            const v16 * vbv = sc.vb.data();
+            const v16 * ktv = sc.kt;
+            const v16 * vbv = sc.vb;
             if (pre) {
                 const float * blk = pre + (int64_t(g) * n_pre_blocks + (pre_base + b) / k_block) * pre_block;
                 ktv = reinterpret_cast<const v16 *>(blk);
                 vbv = reinterpret_cast<const v16 *>(blk + int64_t(d) * k_block);
             } else {
-                convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt.data()),
-                              reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
+                convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt), reinterpret_cast<float *>(sc.vb),
+                              sc.row);
             }
             int na = 0;
             for (int t = 0; t < nv; ++t)
@@ -686,22 +723,17 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
 // the prefill's loop in compute_tiles ran 3-5% slower on gemma3-270m (head_dim 256) with these
 // paths inside it (AMD EPYC Zen 5, GCC 12).
 [[gnu::noinline]] void compute_decode(const Problem & p, const float * q, int64_t q_head_stride, float * partial,
-                                      int ith, int nth) {
+                                      int64_t u_begin, int64_t u_end, Slice scratch) {
     const int d = p.head_dim;
     const int dv = (d + k_lanes - 1) / k_lanes;
     const int group = p.n_head / p.n_head_kv;
     const int32_t n_chunks = p.n_chunks();
     const int64_t chunk_stride = int64_t(p.n_head) * (d + 2);
-    thread_local Scratch sc;
-    sc.kt.assign(size_t(d) * k_kv, v16{});
-    sc.vb.assign(size_t(k_block) * dv, v16{});
-    sc.acc.resize(size_t(group) * dv);
-    sc.row.resize(size_t(dv) * k_lanes);
+    Scratch sc(scratch, d, group);
     float m[k_decode_vecs], l[k_decode_vecs];
     const float * qs[k_decode_vecs];
     v16 * accs[k_decode_vecs];
     const float * ws[k_decode_vecs];
-    const auto [u_begin, u_end] = unit_range(p, ith, nth);
     for (int64_t u = u_begin; u < u_end; ++u) {
         const int32_t c = int32_t(u % n_chunks);
         const int32_t g = int32_t((u / n_chunks) % p.n_head_kv);
@@ -727,8 +759,8 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
             if (!(lim > b && start < b + k_block && start < lim)) continue;  // no vector sees the block
             const bool k_in_place = v_in_place && sg.k_type == GGML_TYPE_F16 && r_end - b >= k_block;
             if (!k_in_place)
-                convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt.data()),
-                              v_in_place ? nullptr : reinterpret_cast<float *>(sc.vb.data()), sc.row.data());
+                convert_block(sg, d, b, r_end, reinterpret_cast<float *>(sc.kt),
+                              v_in_place ? nullptr : reinterpret_cast<float *>(sc.vb), sc.row);
             v16 s[k_decode_vecs][k_kv];
 #if defined(__AVX512F__)
             if (k_in_place)
@@ -737,7 +769,7 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
             else
 #endif
                 for (int a0 = 0; a0 < group; a0 += k_mq)
-                    score_any(std::min(k_mq, group - a0), sc.kt.data(), qs + a0, d,
+                    score_any(std::min(k_mq, group - a0), sc.kt, qs + a0, d,
                               *reinterpret_cast<v16(*)[k_mq][k_kv]>(s + a0));
             const int nb = int(std::min<int64_t>(k_block, lim - b));
             const int na0 = int(std::max<int64_t>(0, start - b));
@@ -754,7 +786,7 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
                     continue;
                 }
 #endif
-                accumulate_any(mq, dv, accs + a0, ws + a0, sc.vb.data(), nb);
+                accumulate_any(mq, dv, accs + a0, ws + a0, sc.vb, nb);
             }
         }
         for (int x = 0; x < group; ++x) {
@@ -768,11 +800,66 @@ inline void weigh_block(v16 (&sx)[k_kv], int na0, int nb, float scale, float & m
 
 }  // namespace
 
+SliceSize compute_scratch(const Problem & p) {  // a unit's query vectors: a group, or a tile's groups
+    const int group = p.n_head / p.n_head_kv;
+    return Scratch::size(p.head_dim, decodes(p, converts_ahead(p)) ? group : k_tile * group);
+}
+
+namespace {
+
+void compute_units(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial,
+                   int64_t u_begin, int64_t u_end, const float * pre, Slice scratch) {
+    if (u_begin >= u_end) return;
+    if (decodes(p, pre != nullptr)) return compute_decode(p, q, q_head_stride, partial, u_begin, u_end, scratch);
+    compute_tiles(p, q, q_head_stride, q_row_stride, partial, u_begin, u_end, pre, scratch);
+}
+
+}  // namespace
+
 void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
-             int nth, const float * pre) {
-    if (!pre && p.n_q == 1 && p.n_head / p.n_head_kv <= k_decode_vecs)
-        return compute_decode(p, q, q_head_stride, partial, ith, nth);
-    compute_tiles(p, q, q_head_stride, q_row_stride, partial, ith, nth, pre);
+             int nth, const float * pre, Slice scratch) {
+    const auto [u_begin, u_end] = unit_range(p, ith, nth);
+    compute_units(p, q, q_head_stride, q_row_stride, partial, u_begin, u_end, pre, scratch);
+}
+
+size_t partial_floats(const Problem & p) {
+    return size_t(p.head_dim + 2) * size_t(p.n_head) * size_t(p.n_q) * size_t(p.n_chunks());
+}
+
+SliceSize Batch::scratch() const {
+    size_t most = 0;
+    for (const Problem * p : problems) most = std::max(most, compute_scratch(*p).bytes());
+    return SliceSize().add<uint8_t>(most);
+}
+
+void compute_batch(const Batch & b, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial,
+                   int ith, int nth, Slice scratch) {
+    // the units of every problem, one after the other, split by their cost as one problem's are
+    std::vector<double> prefix = {0.0};
+    std::vector<int64_t> first = {0};
+    for (const Problem * p : b.problems) {
+        add_unit_costs(*p, prefix);
+        first.push_back(int64_t(prefix.size()) - 1);
+    }
+    const auto [g_begin, g_end] = split_units(prefix, ith, nth);
+    size_t at = 0;
+    for (size_t i = 0; i < b.problems.size(); ++i) {
+        const Problem & p = *b.problems[i];
+        const int64_t u_begin = std::clamp(g_begin, first[i], first[i + 1]) - first[i];
+        const int64_t u_end = std::clamp(g_end, first[i], first[i + 1]) - first[i];
+        compute_units(p, q + b.row0[i] * q_row_stride, q_head_stride, q_row_stride, partial + at, u_begin, u_end,
+                      nullptr, scratch);
+        at += partial_floats(p);
+    }
+}
+
+void merge_batch(const Batch & b, const float * partial, float * out, int ith, int nth) {
+    size_t at = 0;
+    for (size_t i = 0; i < b.problems.size(); ++i) {
+        const Problem & p = *b.problems[i];
+        merge(p, partial + at, out + b.row0[i] * p.n_head * p.head_dim, ith, nth);
+        at += partial_floats(p);
+    }
 }
 
 void merge(const Problem & p, const float * partial, float * out, int ith, int nth) {
@@ -804,12 +891,29 @@ void merge(const Problem & p, const float * partial, float * out, int ith, int n
 
 namespace {
 
+// src: q, the blocks converted ahead (when converts_ahead), the graph's scratch, the writes.
 void op_compute(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const Problem & p = *static_cast<const Problem *>(userdata);
     const ggml_tensor * q = dst->src[0];
-    const float * pre = converts_ahead(p) ? static_cast<const float *>(dst->src[1]->data) : nullptr;
+    const bool ahead = converts_ahead(p);
+    const float * pre = ahead ? static_cast<const float *>(dst->src[1]->data) : nullptr;
     compute(p, static_cast<const float *>(q->data), int64_t(q->nb[1] / sizeof(float)),
-            int64_t(q->nb[2] / sizeof(float)), static_cast<float *>(dst->data), ith, nth, pre);
+            int64_t(q->nb[2] / sizeof(float)), static_cast<float *>(dst->data), ith, nth, pre,
+            thread_slice(dst->src[ahead ? 2 : 1], compute_scratch(p).bytes(), ith, nth));
+}
+
+// src: q, the graph's scratch, the writes.
+void op_compute_batch(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const Batch & b = *static_cast<const Batch *>(userdata);
+    const ggml_tensor * q = dst->src[0];
+    compute_batch(b, static_cast<const float *>(q->data), int64_t(q->nb[1] / sizeof(float)),
+                  int64_t(q->nb[2] / sizeof(float)), static_cast<float *>(dst->data), ith, nth,
+                  thread_slice(dst->src[1], b.scratch().bytes(), ith, nth));
+}
+
+void op_merge_batch(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    merge_batch(*static_cast<const Batch *>(userdata), static_cast<const float *>(dst->src[0]->data),
+                static_cast<float *>(dst->data), ith, nth);
 }
 
 void op_convert(ggml_tensor * dst, int ith, int nth, void * userdata) {
@@ -823,25 +927,54 @@ void op_merge(ggml_tensor * dst, int ith, int nth, void * userdata) {
 
 }  // namespace
 
-ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, const std::vector<ggml_tensor *> & deps) {
+ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, const std::vector<ggml_tensor *> & deps,
+                    GraphScratch & scratch) {
     GGML_ASSERT(q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float));
     void * ud = const_cast<Problem *>(p);
     std::vector<ggml_tensor *> args = {q};
     if (converts_ahead(*p)) {  // K and V in float32 once, before the units that read them
-        std::vector<ggml_tensor *> cdeps(deps.begin(), deps.begin() + std::min<size_t>(deps.size(), GGML_MAX_SRC));
+        std::vector<ggml_tensor *> cdeps(deps.begin(), deps.begin() + std::min<size_t>(deps.size(), GGML_MAX_SRC - 1));
         if (cdeps.empty()) cdeps.push_back(q);  // a custom op needs a source
         args.push_back(ggml_set_name(ggml_custom_4d(ctx, GGML_TYPE_F32, converted_floats(*p), 1, 1, 1, cdeps.data(),
                                                     int(cdeps.size()), op_convert, GGML_N_TASKS_MAX, ud),
                                      "attention convert"));
     }
+    args.push_back(scratch.need(compute_scratch(*p).bytes()));
     for (ggml_tensor * t : deps)
-        if (args.size() < GGML_MAX_SRC) args.push_back(t);
+        if (args.size() + 1 < GGML_MAX_SRC) args.push_back(t);  // ggml_custom_4d takes fewer than GGML_MAX_SRC
     ggml_tensor * part = ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim + 2, p->n_head, p->n_q, p->n_chunks(),
                                         args.data(), int(args.size()), op_compute, GGML_N_TASKS_MAX, ud);
     ggml_set_name(part, "attention");
     return ggml_set_name(
         ggml_custom_4d(ctx, GGML_TYPE_F32, p->head_dim, p->n_head, p->n_q, 1, &part, 1, op_merge, GGML_N_TASKS_MAX, ud),
         "attention merge");
+}
+
+ggml_tensor * build_batch(ggml_context * ctx, ggml_tensor * q, const Batch * b, const std::vector<ggml_tensor *> & deps,
+                          GraphScratch & scratch) {
+    GGML_ASSERT(q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float));
+    KVLAB_ASSERT(!b->problems.empty() && b->problems.size() == b->row0.size(), "a batch has a row offset per problem");
+    const Problem & p0 = *b->problems[0];
+    size_t floats = 0;
+    for (size_t i = 0; i < b->problems.size(); ++i) {
+        const Problem & p = *b->problems[i];
+        KVLAB_ASSERT(p.n_head == p0.n_head && p.head_dim == p0.head_dim && b->row0[i] + p.n_q <= q->ne[2],
+                     "a batch's problems share q's shape and lie within its rows");
+        floats += partial_floats(p);
+    }
+    void * ud = const_cast<Batch *>(b);
+    // the writes as sources while ggml takes them (fewer than GGML_MAX_SRC): they are in the graph
+    // before this node already, and ggml computes the nodes in that order; the sources add the order
+    // for the allocator and for readers of the graph
+    std::vector<ggml_tensor *> args = {q, scratch.need(b->scratch().bytes())};
+    for (ggml_tensor * t : deps)
+        if (args.size() + 1 < GGML_MAX_SRC) args.push_back(t);
+    ggml_tensor * part = ggml_custom_4d(ctx, GGML_TYPE_F32, int64_t(floats), 1, 1, 1, args.data(), int(args.size()),
+                                        op_compute_batch, GGML_N_TASKS_MAX, ud);
+    ggml_set_name(part, "attention");
+    return ggml_set_name(ggml_custom_4d(ctx, GGML_TYPE_F32, p0.head_dim, p0.n_head, q->ne[2], 1, &part, 1,
+                                        op_merge_batch, GGML_N_TASKS_MAX, ud),
+                         "attention merge");
 }
 
 }  // namespace kvlab::kernels::attn

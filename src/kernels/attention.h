@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ggml.h"
+#include "kernels/scratch.h"
 
 namespace kvlab::kernels::attn {
 
@@ -62,9 +63,11 @@ struct Problem {
 // q_head_stride + d]. partial: F32 [n_chunks][n_q][n_head][head_dim + 2] (unnormalised
 // output, running max, running sum); merge() turns it into F32 [n_q][n_head][head_dim].
 // pre: the blocks of K and V already converted by convert(), or nullptr (each unit converts the
-// blocks it reads). The result is the same to the bit either way.
+// blocks it reads). The result is the same to the bit either way. scratch: the thread's
+// compute_scratch(p) bytes (kernels/scratch.h); what it held before does not matter.
+SliceSize compute_scratch(const Problem & p);
 void compute(const Problem & p, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial, int ith,
-             int nth, const float * pre = nullptr);
+             int nth, const float * pre, Slice scratch);
 
 // Conversion of K and V to float32 once for all query tiles (a prefill): whether it pays (more
 // than one tile of queries, and chunks made of whole blocks), the floats it needs, and the
@@ -75,9 +78,30 @@ int64_t converted_floats(const Problem & p);
 void convert(const Problem & p, float * pre, int ith, int nth);
 void merge(const Problem & p, const float * partial, float * out, int ith, int nth);
 
+// Several problems over one q (a batch of sequences, each attending over its own rows): problem
+// i's queries are q's rows [row0[i], row0[i] + n_q). Each problem's results are those compute()
+// and merge() give it alone, to the bit: the units of all problems are only shared out between
+// the threads together. No blocks are converted ahead.
+struct Batch {
+    std::vector<const Problem *> problems;
+    std::vector<int64_t> row0;
+    SliceSize scratch() const;  // a thread's, for any of the problems
+};
+size_t partial_floats(const Problem & p);  // [n_chunks][n_q][n_head][head_dim + 2]
+// partial: the problems' partial results one after the other; out: F32 [rows of q][n_head][head_dim].
+void compute_batch(const Batch & b, const float * q, int64_t q_head_stride, int64_t q_row_stride, float * partial,
+                   int ith, int nth, Slice scratch);
+void merge_batch(const Batch & b, const float * partial, float * out, int ith, int nth);
+
 // Adds the attention to a graph: q F32 [head_dim, n_head, n_q]; deps are nodes that must
 // run first (the writes of the new rows). Returns F32 [head_dim, n_head, n_q]. The
-// problem must outlive the graph's computation.
-ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, const std::vector<ggml_tensor *> & deps);
+// problem must outlive the graph's computation. scratch: the graph's, which the threads'
+// compute_scratch comes from.
+ggml_tensor * build(ggml_context * ctx, ggml_tensor * q, const Problem * p, const std::vector<ggml_tensor *> & deps,
+                    GraphScratch & scratch);
+// The same for a batch (q F32 [head_dim, n_head, rows], the rows of every problem); the batch
+// and its problems must outlive the graph's computation.
+ggml_tensor * build_batch(ggml_context * ctx, ggml_tensor * q, const Batch * b, const std::vector<ggml_tensor *> & deps,
+                          GraphScratch & scratch);
 
 }  // namespace kvlab::kernels::attn

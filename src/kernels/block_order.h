@@ -88,8 +88,24 @@ inline size_t packed_bytes(int64_t K, int64_t M) {
 
 // Whether the block order runs here by VNNI (product_vnni.cpp): AVX-512 VNNI and BITALG.
 bool rows_available();
-// The activations quantized and packed for both kernels (ProductKernel::pack; product_vnni.cpp).
-void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth);
+// The activations quantized and packed for both kernels (ProductKernel::pack; product_vnni.cpp):
+// no scratch.
+void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth, Slice);
+inline SliceSize pack_scratch(int64_t, int64_t) {
+    return {};
+}
+
+// A thread's scratch in a product of k_min_batch rows or more: the panel being multiplied
+// unpacked (Panel), and with the tiles two buffers of block sums (PanelProduct).
+constexpr int64_t k_unit_blocks = 8;  // blocks per unit of PanelProduct
+constexpr size_t k_unit_sums = size_t(k_unit_blocks) * k_rows * 16;
+template <bool Tiles>
+SliceSize product_scratch(int64_t K, int64_t M) {
+    if (M < k_min_batch) return {};
+    const size_t nb = size_t(K / k_qk);
+    SliceSize s = SliceSize().add<uint8_t>(nb * 512).add<float>(nb * k_panel).add<float>(nb * k_panel);
+    return Tiles ? s.add<int32_t>(k_unit_sums).add<int32_t>(k_unit_sums) : s;
+}
 
 #ifdef KVLAB_BLOCK_VNNI
 
@@ -107,15 +123,18 @@ struct AlignedAlloc {
 
 // A panel of 16 weight rows unpacked for the AMX tiles: per block the 8 vectors end to end (one
 // B tile), and the rows' scales and minima (Q6_K: second halves' scales), [nb][16] each.
+// In the thread's scratch (product_scratch).
 struct Panel {
-    std::vector<uint8_t> q;                        // [nb][8][64]
-    std::vector<float, AlignedAlloc<float>> d, m;  // [nb][16]
+    uint8_t * q;   // [nb][8][64]
+    float *d, *m;  // [nb][16]
+
+    Panel(Slice & s, int64_t nb)
+        : q(s.take<uint8_t>(size_t(nb) * 512)),
+          d(s.take<float>(size_t(nb) * k_panel)),
+          m(s.take<float>(size_t(nb) * k_panel)) {}
 
     template <class W>
     void unpack(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb) {
-        q.resize(size_t(nb) * 512);
-        d.resize(size_t(nb) * k_panel);
-        m.resize(size_t(nb) * k_panel);
         for_each_block<W>(w, w_row_bytes, R, nb, [&](int64_t ib, const __m512i(&v)[8], const Scalars & s) {
             for (int g = 0; g < 8; ++g) _mm512_storeu_si512(&q[size_t(ib) * 512 + g * 64], v[g]);
             _mm512_store_ps(&d[ib * k_panel], s.d());
@@ -126,9 +145,6 @@ struct Panel {
     // The same from a panel of packed weights (pack_panels_of).
     template <class W>
     void unpack_panel(const uint8_t * panel, int64_t nb) {
-        q.resize(size_t(nb) * 512);
-        d.resize(size_t(nb) * k_panel);
-        m.resize(size_t(nb) * k_panel);
         for (int64_t ib = 0; ib < nb; ++ib) {
             __m512i v[8];
             __m512 dw, mw;
@@ -194,19 +210,20 @@ void panel_vnni(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64
 // k_min_batch rows and more on the AMX tiles (amx_kernel), else by VNNI (vnni_kernel); panels: w
 // packed into panels (pack_panels_of; N a multiple of 16).
 void product_with(bool tiles, bool panels, ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N,
-                  const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth);
+                  const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth,
+                  Slice & scratch);
 
 template <bool Tiles, bool Panels>
 void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-             int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
-    product_with(Tiles, Panels, type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+             int64_t M, float * dst, int64_t dst_stride, int ith, int nth, Slice scratch) {
+    product_with(Tiles, Panels, type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
 }
 
 #else
 
 template <bool Tiles, bool Panels>
-void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
-             int) {}
+void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int, int,
+             Slice) {}
 
 #endif
 

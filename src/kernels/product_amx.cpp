@@ -81,14 +81,15 @@ inline void block_sums(const Panel & p, const Packed & y, int64_t K, int64_t m0,
 template <class W>
 class PanelProduct {
 public:
-    static constexpr int64_t k_unit_blocks = 8;
-
-    using Sums = std::vector<int32_t, AlignedAlloc<int32_t>>;  // [k_unit_blocks][16 rows][16]
-
-    PanelProduct(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, Sums (&sums)[2])
-        : p_(p), y_(y), nb_(nb), Mp_(Mp), K_(K), per_tile_((nb + k_unit_blocks - 1) / k_unit_blocks), sums_(sums) {
-        for (Sums & b : sums_) b.resize(size_t(k_unit_blocks) * k_rows * 16);
-    }
+    // sums: two buffers of k_unit_sums ([k_unit_blocks][16 rows][16]) in the thread's scratch
+    PanelProduct(const Panel & p, int64_t nb, const Packed & y, int64_t Mp, int64_t K, Slice & scratch)
+        : p_(p),
+          y_(y),
+          nb_(nb),
+          Mp_(Mp),
+          K_(K),
+          per_tile_((nb + k_unit_blocks - 1) / k_unit_blocks),
+          sums_{scratch.take<int32_t>(k_unit_sums), scratch.take<int32_t>(k_unit_sums)} {}
 
     void run(float * dst, int64_t dst_stride, int64_t M, int R) {
         std::atomic_signal_fence(std::memory_order_seq_cst);  // the tile loads read what the unpack wrote
@@ -98,7 +99,7 @@ public:
             const int64_t m0 = u / per_tile_ * k_rows;
             const auto [ib0, ib1] = blocks(u);
             const bool first = ib0 == 0, last = ib1 == nb_;
-            const int32_t * sums = sums_[u % 2].data();
+            const int32_t * sums = sums_[u % 2];
             for (int g = 0; g < 4; ++g) {
                 if (u + 1 < n_units) issue(u + 1, g, 4);
                 const int r = 4 * g;
@@ -142,7 +143,7 @@ private:
         const int64_t m0 = u / per_tile_ * k_rows;
         const auto [ib0, ib1] = blocks(u);
         const int64_t n = ib1 - ib0;
-        int32_t * sums = sums_[u % 2].data();
+        int32_t * sums = sums_[u % 2];
         for (int64_t i = n * part / parts; i < n * (part + 1) / parts; ++i)
             block_sums(p_, y_, K_, m0, ib0 + i, sums + i * k_rows * 16);
     }
@@ -150,7 +151,7 @@ private:
     const Panel & p_;
     const Packed & y_;
     const int64_t nb_, Mp_, K_, per_tile_;
-    Sums (&sums_)[2];
+    int32_t * sums_[2];
     alignas(64) float acc_[k_rows * 16];
 };
 
@@ -169,7 +170,7 @@ bool request_tiles() {
 // (vnni_kernel); panels: w packed into panels (pack_panels_of; N a multiple of 16).
 template <class W>
 void product_of(bool tiles, bool panels, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N,
-                const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+                const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth, Slice & scratch) {
     const int64_t nb = K / k_qk, Mp = padded_rows(M);
     const Packed y(packed, K, Mp);
     const int64_t n_panels = (N + k_panel - 1) / k_panel;
@@ -192,7 +193,7 @@ void product_of(bool tiles, bool panels, const uint8_t * w, size_t w_row_bytes, 
         }
         return;
     }
-    thread_local Panel panel;
+    Panel panel(scratch, nb);
     const auto unpack = [&](int64_t n0, int R) {
         if constexpr (!W::super) {
             if (!panels) return panel.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb);
@@ -212,12 +213,12 @@ void product_of(bool tiles, bool panels, const uint8_t * w, size_t w_row_bytes, 
     if constexpr (!W::halves) {  // (Q6_K returned above)
         static const TileConfig cfg;
         _tile_loadconfig(&cfg);
-        thread_local typename PanelProduct<W>::Sums sums[2];
+        PanelProduct<W> product(panel, nb, y, Mp, K, scratch);
         for (int64_t ip = p0; ip < p1; ++ip) {
             const int64_t n0 = ip * k_panel;
             const int R = int(std::min<int64_t>(k_panel, N - n0));
             unpack(n0, R);
-            PanelProduct<W>(panel, nb, y, Mp, K, sums).run(dst + n0, dst_stride, M, R);
+            product.run(dst + n0, dst_stride, M, R);
         }
         _tile_release();
     }
@@ -238,18 +239,19 @@ bool available() {
 }  // namespace
 
 void product_with(bool tiles, bool panels, ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N,
-                  const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+                  const uint8_t * packed, int64_t M, float * dst, int64_t dst_stride, int ith, int nth,
+                  Slice & scratch) {
     switch (type) {
         case GGML_TYPE_Q4_1:
-            return product_of<Q4_1>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q4_1>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
         case GGML_TYPE_Q5_0:
-            return product_of<Q5_0>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q5_0>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
         case GGML_TYPE_Q8_0:
-            return product_of<Q8_0>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q8_0>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
         case GGML_TYPE_Q4_K:
-            return product_of<Q4_K>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q4_K>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
         case GGML_TYPE_Q6_K:
-            return product_of<Q6_K>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+            return product_of<Q6_K>(tiles, panels, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
         default:
             throw Error("internal", std::string("[products] block order: no kernel for ") + ggml_type_name(type));
     }
@@ -320,9 +322,11 @@ namespace kvlab::kernels {
 
 const ProductKernel & amx_kernel(bool panels) {
     using namespace block;
-    static const ProductKernel k = {"amx", k_min_batch, available, supports, packed_bytes, pack, product<true, false>};
-    static const ProductKernel kp = {"amx",        k_min_batch, available,          panel_supports,
-                                     packed_bytes, pack,        product<true, true>};
+    static const ProductKernel k = {
+        "amx", k_min_batch,         available, supports, packed_bytes, pack_scratch, product_scratch<true>,
+        pack,  product<true, false>};
+    static const ProductKernel kp = {"amx",        k_min_batch,           available, panel_supports,     packed_bytes,
+                                     pack_scratch, product_scratch<true>, pack,      product<true, true>};
     return panels ? kp : k;
 }
 

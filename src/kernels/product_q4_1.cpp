@@ -44,7 +44,12 @@ size_t packed_bytes(int64_t K, int64_t M) {
     return size_t(Mp / 2 * nb * 64 + 2 * nb * Mp * int64_t(sizeof(float)));
 }
 
-void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
+// A thread's scratch: a row quantized by ggml's routine before it is laid out (batches only).
+SliceSize pack_scratch(int64_t K, int64_t M) {
+    return M < k_min_batch ? SliceSize() : SliceSize().add<uint8_t>(size_t(K / k_qk) * k_y_block);
+}
+
+void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth, Slice scratch) {
     // ggml's own quantize_row_q8_1: the same bytes as ggml's mul_mat
     const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_1)->from_float;
     if (M < k_min_batch) {  // ggml's layout, rows one after the other
@@ -53,8 +58,7 @@ void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * pac
     }
     const int64_t nb = K / k_qk, Mp = padded_cols(M);
     Packed p(packed, nb, Mp);
-    thread_local std::vector<uint8_t> row;
-    row.resize(size_t(nb) * k_y_block);
+    uint8_t * row = scratch.take<uint8_t>(size_t(nb) * k_y_block);
     for (int64_t m = ith; m < Mp; m += nth) {
         uint8_t * pair = p.qs + (m / 2) * nb * 64 + (m % 2) * 32;
         if (m >= M) {
@@ -65,9 +69,9 @@ void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * pac
             }
             continue;
         }
-        quantize(x + m * x_stride, row.data(), K);
+        quantize(x + m * x_stride, row, K);
         for (int64_t ib = 0; ib < nb; ++ib) {
-            const uint8_t * b = row.data() + ib * k_y_block;
+            const uint8_t * b = row + ib * k_y_block;
             ggml_fp16_t d, s;
             std::memcpy(&d, b, 2);
             std::memcpy(&s, b + 2, 2);
@@ -89,13 +93,15 @@ using vnni::unpack_nibbles;
 
 // A tile's weight rows unpacked once for all its column tiles: per row and block the 32 values
 // as bytes, twice (both 256-bit halves of a zmm), and the block's scale and minimum as floats.
+// In the thread's scratch (product_scratch).
 struct RowTile {
-    std::vector<uint8_t> q;   // [R][nb][64]
-    std::vector<float> d, m;  // [R][nb]
+    uint8_t * q;   // [R][nb][64]
+    float *d, *m;  // [R][nb]
+    RowTile(Slice & s, int64_t nb)
+        : q(s.take<uint8_t>(size_t(k_rows * nb) * 64)),
+          d(s.take<float>(size_t(k_rows * nb))),
+          m(s.take<float>(size_t(k_rows * nb))) {}
     void unpack(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb) {
-        q.resize(size_t(R * nb) * 64);
-        d.resize(size_t(R * nb));
-        m.resize(size_t(R * nb));
         for (int r = 0; r < R; ++r)
             for (int64_t ib = 0; ib < nb; ++ib) {
                 const uint8_t * b = w + r * w_row_bytes + ib * k_w_block;
@@ -203,11 +209,11 @@ bool available() {
 }
 
 void product(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
-             float * dst, int64_t dst_stride, int ith, int nth) {
+             float * dst, int64_t dst_stride, int ith, int nth, Slice & scratch) {
     if (M < k_min_batch) return product_rows(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
     const int64_t nb = K / k_qk, Mp = padded_cols(M);
     const Packed p(const_cast<uint8_t *>(packed), nb, Mp);
-    thread_local RowTile rt;
+    RowTile rt(scratch, nb);
     vnni::for_each_tile(
         N, M, dst, dst_stride, ith, nth,
         [&](int64_t n0, int R) { rt.unpack(w + n0 * w_row_bytes, w_row_bytes, R, nb); },
@@ -220,7 +226,8 @@ bool available() {
     return false;
 }
 
-void product(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int, int) {}
+void product(const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int, int, Slice &) {
+}
 
 #endif
 
@@ -228,15 +235,22 @@ bool supports(ggml_type type) {
     return type == GGML_TYPE_Q4_1;
 }
 
+// A thread's scratch: its tile's weight rows unpacked (RowTile; batches only).
+SliceSize product_scratch(int64_t K, int64_t M) {
+    const size_t blocks = size_t(k_rows * (K / k_qk));
+    return M < k_min_batch ? SliceSize() : SliceSize().add<uint8_t>(blocks * 64).add<float>(blocks).add<float>(blocks);
+}
+
 void product_any(ggml_type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-                 int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
-    product(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+                 int64_t M, float * dst, int64_t dst_stride, int ith, int nth, Slice scratch) {
+    product(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
 }
 
 }  // namespace
 
 const ProductKernel & q4_1_kernel() {
-    static const ProductKernel k = {"q4_1", k_min_batch, available, supports, packed_bytes, pack, product_any};
+    static const ProductKernel k = {"q4_1",       k_min_batch,     available, supports,   packed_bytes,
+                                    pack_scratch, product_scratch, pack,      product_any};
     return k;
 }
 

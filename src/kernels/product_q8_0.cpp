@@ -50,7 +50,12 @@ size_t packed_bytes(int64_t K, int64_t M) {
     return size_t(Mp / 2 * nb * 128 + nb * Mp * int64_t(sizeof(float)));
 }
 
-void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
+// A thread's scratch: a row quantized by ggml's routine before it is laid out (batches only).
+SliceSize pack_scratch(int64_t K, int64_t M) {
+    return M < k_min_batch ? SliceSize() : SliceSize().add<uint8_t>(size_t(K / k_qk) * k_y_block);
+}
+
+void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth, Slice scratch) {
     // ggml's own quantize_row_q8_0: the same bytes as ggml's mul_mat
     const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
     const int64_t nb = K / k_qk;
@@ -60,14 +65,13 @@ void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * pac
     }
     const int64_t Mp = padded_cols(M);
     Packed p(packed, nb, Mp);
-    thread_local std::vector<uint8_t> row;
-    row.resize(size_t(nb) * k_y_block);
+    uint8_t * row = scratch.take<uint8_t>(size_t(nb) * k_y_block);
     for (int64_t m = ith; m < Mp; m += nth) {
         uint8_t * pair = p.qs + (m / 2) * nb * 64 + (m % 2) * 32;
         int32_t * sums = p.sums + (m / 2) * nb * 16 + (m % 2) * 8;
-        if (m < M) quantize(x + m * x_stride, row.data(), K);
+        if (m < M) quantize(x + m * x_stride, row, K);
         for (int64_t ib = 0; ib < nb; ++ib) {
-            const uint8_t * b = row.data() + ib * k_y_block;
+            const uint8_t * b = row + ib * k_y_block;
             if (m >= M) {
                 std::memset(pair + ib * 64, 0, 32);
                 std::fill(sums + ib * 16, sums + ib * 16 + 8, 0);
@@ -169,13 +173,14 @@ void product_rows(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t
 
 // A tile's weight rows unpacked once for all its column tiles: per row and block the 32 values
 // as unsigned bytes, twice (both 256-bit halves of a zmm), and the block's scale as a float.
+// In the thread's scratch (tile_scratch).
 struct RowTile {
-    std::vector<uint8_t> q;  // [R][nb][64]
-    std::vector<float> d;    // [R][nb]
+    uint8_t * q;  // [R][nb][64]
+    float * d;    // [R][nb]
+    RowTile(Slice & s, int64_t nb)
+        : q(s.take<uint8_t>(size_t(k_rows * nb) * 64)), d(s.take<float>(size_t(k_rows * nb))) {}
     template <class W>
     void unpack(const uint8_t * w, size_t w_row_bytes, int R, int64_t nb) {
-        q.resize(size_t(R * nb) * 64);
-        d.resize(size_t(R * nb));
         for (int r = 0; r < R; ++r)
             for (int64_t ib = 0; ib < nb; ++ib) {
                 const uint8_t * b = w + r * w_row_bytes + ib * W::block;
@@ -219,10 +224,10 @@ void tile(const RowTile & rt, int64_t nb, const Packed & p, int64_t Mp, int64_t 
 
 template <class W>
 void product_tiles(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed, int64_t M,
-                   float * dst, int64_t dst_stride, int ith, int nth) {
+                   float * dst, int64_t dst_stride, int ith, int nth, Slice & scratch) {
     const int64_t nb = K / k_qk, Mp = padded_cols(M);
     const Packed p(const_cast<uint8_t *>(packed), nb, Mp);
-    thread_local RowTile rt;
+    RowTile rt(scratch, nb);
     vnni::for_each_tile(
         N, M, dst, dst_stride, ith, nth,
         [&](int64_t n0, int R) { rt.unpack<W>(w + n0 * w_row_bytes, w_row_bytes, R, nb); },
@@ -231,16 +236,16 @@ void product_tiles(const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, 
 
 template <class W>
 void product_of(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-                int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+                int64_t M, float * dst, int64_t dst_stride, int ith, int nth, Slice & scratch) {
     if (M < k_min_batch) return product_rows<W>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
-    product_tiles<W>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+    product_tiles<W>(w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
 }
 
 void product(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-             int64_t M, float * dst, int64_t dst_stride, int ith, int nth) {
+             int64_t M, float * dst, int64_t dst_stride, int ith, int nth, Slice scratch) {
     if (type == GGML_TYPE_Q8_0)
-        return product_of<Q8_0>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
-    product_of<Q5_0>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth);
+        return product_of<Q8_0>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
+    product_of<Q5_0>(type, w, w_row_bytes, K, N, packed, M, dst, dst_stride, ith, nth, scratch);
 }
 
 bool available() {
@@ -249,8 +254,8 @@ bool available() {
 
 #else
 
-void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int,
-             int) {}
+void product(ggml_type, const uint8_t *, size_t, int64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int, int,
+             Slice) {}
 
 bool available() {
     return false;
@@ -262,10 +267,17 @@ bool supports(ggml_type type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q5_0;
 }
 
+// A thread's scratch: its tile's weight rows unpacked (RowTile; batches only).
+SliceSize product_scratch(int64_t K, int64_t M) {
+    const size_t blocks = size_t(k_rows * (K / k_qk));
+    return M < k_min_batch ? SliceSize() : SliceSize().add<uint8_t>(blocks * 64).add<float>(blocks);
+}
+
 }  // namespace
 
 const ProductKernel & q8_0_kernel() {
-    static const ProductKernel k = {"q8_0", k_min_batch, available, supports, packed_bytes, pack, product};
+    static const ProductKernel k = {"q8_0",       k_min_batch,     available, supports, packed_bytes,
+                                    pack_scratch, product_scratch, pack,      product};
     return k;
 }
 

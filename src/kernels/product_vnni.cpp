@@ -46,7 +46,7 @@ inline void quantize_block(const float * x, int8_t * qs, float * d, float * s, i
 
 // Rows in contiguous ranges per thread (the d, s and q arrays are [block][row]: interleaved rows
 // would share their cache lines between threads).
-void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth) {
+void pack(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth, Slice) {
     const int64_t nb = K / k_qk, Mp = padded_rows(M);
     int8_t * qs = reinterpret_cast<int8_t *>(packed);
     float * d = reinterpret_cast<float *>(packed + Mp * K);
@@ -207,7 +207,7 @@ bool rows_available() {
     return false;
 }
 
-void pack(const float *, int64_t, int64_t, int64_t, uint8_t *, int, int) {}
+void pack(const float *, int64_t, int64_t, int64_t, uint8_t *, int, int, Slice) {}
 
 #endif
 
@@ -221,10 +221,12 @@ bool amx_rows_available() {
 
 const ProductKernel & vnni_kernel(bool panels) {
     using namespace block;
-    static const ProductKernel k = {"vnni",       k_min_batch, rows_available,       supports,
-                                    packed_bytes, pack,        product<false, false>};
-    static const ProductKernel kp = {"vnni",       k_min_batch, rows_available,      panel_supports,
-                                     packed_bytes, pack,        product<false, true>};
+    static const ProductKernel k = {
+        "vnni", k_min_batch,          rows_available, supports, packed_bytes, pack_scratch, product_scratch<false>,
+        pack,   product<false, false>};
+    static const ProductKernel kp = {
+        "vnni", k_min_batch,         rows_available, panel_supports, packed_bytes, pack_scratch, product_scratch<false>,
+        pack,   product<false, true>};
     return panels ? kp : k;
 }
 

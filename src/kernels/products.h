@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "ggml.h"
+#include "kernels/scratch.h"
 #include "kvlab/kernels.h"
 
 namespace kvlab::kernels {
@@ -30,13 +31,17 @@ struct ProductKernel {
     bool (*available)();  // compiled for, and running on, a CPU with what the kernel needs
     bool (*supports)(ggml_type type);
     size_t (*packed_bytes)(int64_t K, int64_t M);
+    // The scratch each thread of pack and of product takes (kernels/scratch.h), for K x M.
+    SliceSize (*pack_scratch)(int64_t K, int64_t M);
+    SliceSize (*product_scratch)(int64_t K, int64_t M);
     // x's M rows of K floats (row stride x_stride floats) quantized and laid out in
     // packed_bytes(K, M) bytes; rows split over nth threads.
-    void (*pack)(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth);
+    void (*pack)(const float * x, int64_t K, int64_t M, int64_t x_stride, uint8_t * packed, int ith, int nth,
+                 Slice scratch);
     // dst[m * dst_stride + n] = (w x)[n][m] for the N rows of w (K values of `type`, w_row_bytes
     // apart); weight rows split over nth threads.
     void (*product)(ggml_type type, const uint8_t * w, size_t w_row_bytes, int64_t K, int64_t N, const uint8_t * packed,
-                    int64_t M, float * dst, int64_t dst_stride, int ith, int nth);
+                    int64_t M, float * dst, int64_t dst_stride, int ith, int nth, Slice scratch);
 };
 
 const ProductKernel & q4_1_kernel();
@@ -78,11 +83,12 @@ ggml_tensor * get_rows(ggml_context * ctx, ggml_tensor * w, ggml_tensor * ids, c
 // w [K, N] (any type) times x F32 [K, M] -> F32 [N, M]: ggml_mul_mat's result, computed by
 // product_kernel(products, w, x, panels) where one applies; a weight in `panels` always by its
 // kernel (x made contiguous F32 first where it is not).
-ggml_tensor * mul_mat(ggml_context * ctx, Products products, ggml_tensor * w, ggml_tensor * x,
+// scratch: the graph's (kernels/scratch.h), which kvlab's nodes take their threads' memory from.
+ggml_tensor * mul_mat(ggml_context * ctx, Products products, GraphScratch & scratch, ggml_tensor * w, ggml_tensor * x,
                       const PanelSet * panels = nullptr);
 // out[i] = w[i] x for n weights: x packed once when one kernel runs every product (q, k, v;
 // gate, up).
-void mul_mats(ggml_context * ctx, Products products, ggml_tensor * const * w, ggml_tensor ** out, int n,
-              ggml_tensor * x, const PanelSet * panels = nullptr);
+void mul_mats(ggml_context * ctx, Products products, GraphScratch & scratch, ggml_tensor * const * w,
+              ggml_tensor ** out, int n, ggml_tensor * x, const PanelSet * panels = nullptr);
 
 }  // namespace kvlab::kernels

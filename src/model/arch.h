@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ggml.h"
+#include "kernels/scratch.h"
 #include "kvlab/model.h"
 
 namespace kvlab {
@@ -83,6 +84,7 @@ struct GraphContext {
     GraphInputs in;
     const AttentionFn & attention;
     const std::unordered_set<const ggml_tensor *> * panels = nullptr;  // Model::panels()
+    kernels::GraphScratch & scratch;  // the graph's, which kvlab's nodes take their threads' memory from
     int64_t n_tokens() const { return in.tokens->ne[0]; }
 };
 

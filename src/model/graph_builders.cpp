@@ -13,7 +13,7 @@ ggml_tensor * name(ggml_tensor * t, const char * what, int il) {
 }
 
 ggml_tensor * matmul(const GraphContext & g, ggml_tensor * w, ggml_tensor * x) {
-    return kernels::mul_mat(g.ctx, g.products, w, x, g.panels);
+    return kernels::mul_mat(g.ctx, g.products, g.scratch, w, x, g.panels);
 }
 
 namespace {
@@ -22,7 +22,7 @@ namespace {
 template <size_t N>
 std::array<ggml_tensor *, N> matmuls(const GraphContext & g, const std::array<ggml_tensor *, N> & w, ggml_tensor * x) {
     std::array<ggml_tensor *, N> out;
-    kernels::mul_mats(g.ctx, g.products, w.data(), out.data(), int(N), x, g.panels);
+    kernels::mul_mats(g.ctx, g.products, g.scratch, w.data(), out.data(), int(N), x, g.panels);
     return out;
 }
 
