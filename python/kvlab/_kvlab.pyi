@@ -51,6 +51,9 @@ class Model:
     def generate_from_cache(self, cache: Cache, query_ids: Sequence[int], max_tokens: int = 64, temp: float = 0.0,
                             stop_on_eos: bool = True, top_k: int = 0, top_p: float = 1.0,
                             seed: int = 0) -> dict[str, Any]: ...
+    def generate_batch(self, caches: Sequence[Cache], queries: Sequence[Sequence[int]], max_tokens: int = 64,
+                       temp: float = 0.0, stop_on_eos: bool = True, top_k: int = 0, top_p: float = 1.0,
+                       seed: int = 0, chunk: int = 64) -> list[dict[str, Any]]: ...
     def generate_text(self, ids: Sequence[int], max_tokens: int = 64, temp: float = 0.0, stop_on_eos: bool = True,
                       top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> dict[str, Any]: ...
 

@@ -2,6 +2,7 @@
 // next_logits, generate_from_cache, generate_text; S5-S9, S11): a cache is a real KvStore
 // whose rows are freed when compressed; copy() is an independent deep copy.
 #include "bindings.h"
+#include "kvlab/batch_decoder.h"
 #include "kvlab/cache_file.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
@@ -75,6 +76,48 @@ pb::dict generate(PyModel & pm, PyCache & c, const std::vector<int64_t> & query,
     }
     c.pristine = false;
     return generation(pm, r);
+}
+
+// Every (cache, query) pair decoded together, one graph per step (continuous batching).
+pb::list generate_batch(PyModel & pm, const std::vector<std::shared_ptr<PyCache>> & caches,
+                        const std::vector<std::vector<int64_t>> & queries, int max_tokens, float temp, bool stop_on_eos,
+                        int top_k, float top_p, uint64_t seed, int64_t chunk) {
+    if (caches.size() != queries.size())
+        throw Error("python", "generate_batch takes one query per cache (" + std::to_string(caches.size()) +
+                                  " caches, " + std::to_string(queries.size()) + " queries)");
+    if (max_tokens < 1) throw Error("python", "max_tokens must be at least 1");
+    if (temp < 0 || top_k < 0 || !(top_p > 0 && top_p <= 1))
+        throw Error("python", "temp >= 0, top_k >= 0, 0 < top_p <= 1");
+    GenerateOptions go;
+    go.max_tokens = max_tokens;
+    go.stop_on_eog = stop_on_eos;
+    go.eog_ids = pm.tok().eog_ids();
+    go.sampling = {temp, top_k, top_p, seed};
+    std::vector<std::vector<int32_t>> ids;
+    for (size_t i = 0; i < caches.size(); ++i) {
+        if (!caches[i]) throw Error("python", "generate_batch: cache " + std::to_string(i) + " is None");
+        checked(*caches[i], pm);
+        for (size_t j = 0; j < i; ++j)
+            if (caches[j] == caches[i]) throw Error("python", "generate_batch: a cache is in the batch twice");
+        ids.push_back(token_ids(pm, queries[i], "generate_batch"));
+        if (ids.back().empty()) throw Error("python", "generate_batch: query " + std::to_string(i) + " is empty");
+    }
+    std::vector<GenerateResult> results;
+    {
+        pb::gil_scoped_release nogil;
+        ModelLock hold(pm);
+        BatchDecoder dec(*pm.engine, chunk, int(std::max<size_t>(1, caches.size())));
+        std::vector<int64_t> handles;
+        for (size_t i = 0; i < caches.size(); ++i) handles.push_back(dec.add(*caches[i]->store, ids[i], go));
+        dec.run();
+        for (int64_t h : handles) results.push_back(dec.take(h));
+    }
+    pb::list out;
+    for (size_t i = 0; i < caches.size(); ++i) {
+        caches[i]->pristine = false;
+        out.append(generation(pm, results[i]));
+    }
+    return out;
 }
 
 }  // namespace
@@ -201,6 +244,21 @@ their original positions.)doc")
             "(greedy at temp 0). Returns the seed's keys: text, output_ids, output_tokens, ttft_ms, "
             "sequential_query_prefill, query_prefill_ms, decode_ms, query_tokens (and kvlab's decode_tokens, "
             "stop_reason, kv_peak_bytes).")
+        .def(
+            "generate_batch",
+            [](const std::shared_ptr<PyModel> & pm, const std::vector<std::shared_ptr<PyCache>> & caches,
+               const std::vector<std::vector<int64_t>> & queries, int max_tokens, float temp, bool stop_on_eos,
+               int top_k, float top_p, uint64_t seed, int64_t chunk) {
+                return generate_batch(*pm, caches, queries, max_tokens, temp, stop_on_eos, top_k, top_p, seed, chunk);
+            },
+            pb::arg("caches"), pb::arg("queries"), pb::arg("max_tokens") = 64, pb::arg("temp") = 0.0f,
+            pb::arg("stop_on_eos") = true, pb::arg("top_k") = 0, pb::arg("top_p") = 1.0f, pb::arg("seed") = 0,
+            pb::arg("chunk") = 64,
+            "generate_from_cache for every (cache, query) pair at once: one graph per step for all of them "
+            "(continuous batching; the weights read once per step), each query prefilled `chunk` tokens a step. "
+            "Each result (a list, in order) is what generate_from_cache gives that pair alone (the same tokens; "
+            "bit-identical under products amx / vnni). Caches of different row types take turns. Many questions "
+            "of one context: pass copies of its cache.")
         .def(
             "generate_text",
             [](const std::shared_ptr<PyModel> & pm, const std::vector<int64_t> & ids, int max_tokens, float temp,

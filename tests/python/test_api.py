@@ -85,6 +85,30 @@ def test_copies_are_independent_and_bytes_are_the_rows(model, essay):
     np.testing.assert_array_equal(cache.positions(0, 0), np.arange(len(cache.context), dtype=np.int32))
 
 
+def test_generate_batch_answers_each_question_as_alone(model, essay):
+    cache, _ = model.prefill(model.encode(essay))
+    small = cache.copy()
+    kvlab.compress(small, "knorm", ratio=0.5)
+    questions = [" Question: what is it about?", " In short,", " The author", " Why?"]
+    caches = [(cache if i % 2 == 0 else small).copy() for i in range(len(questions))]
+    alone = [model.generate_from_cache(c.copy(), model.encode(q), max_tokens=12, stop_on_eos=False,
+                                       temp=0.7 if i == 3 else 0.0, seed=5)
+             for i, (c, q) in enumerate(zip(caches, questions))]
+    together = model.generate_batch(caches[:3], [model.encode(q) for q in questions[:3]], max_tokens=12,
+                                    stop_on_eos=False, chunk=4)
+    for got, want in zip(together, alone[:3]):
+        assert got["output_ids"] == want["output_ids"]
+        assert got["text"] == want["text"]
+        assert got["decode_tokens"] == 11 and got["stop_reason"] == "max_tokens"
+    sampled = model.generate_batch([caches[3]], [model.encode(questions[3])], max_tokens=12, stop_on_eos=False,
+                                   temp=0.7, seed=5)
+    assert sampled[0]["output_ids"] == alone[3]["output_ids"]
+    with pytest.raises(kvlab.Error, match="twice"):
+        model.generate_batch([caches[0], caches[0]], [[1], [2]])
+    with pytest.raises(kvlab.Error, match="one query per cache"):
+        model.generate_batch([caches[0]], [[1], [2]])
+
+
 def methods_to_compare():
     return [m["name"] for m in kvlab.methods()]
 
