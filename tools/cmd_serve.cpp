@@ -78,11 +78,16 @@ int run_serve(ServeArgs & a) {
         std::fprintf(stderr, "[serve] signal %d: stopping\n", sig);
         srv.stop();
     });
+    const bool batching = a.o.batching && a.o.decode.method == "none";
+    const std::string compute = batching ? "batches of up to " + std::to_string(a.o.parallel) + " request(s) on " +
+                                               std::to_string(std::max(1, a.o.threads)) + " thread(s)"
+                                         : std::to_string(a.o.parallel) + " slot(s) x " +
+                                               std::to_string(std::max(1, a.o.threads / a.o.parallel)) + " thread(s)";
     std::fprintf(stderr,
-                 "[serve] model %s | %d slot(s) x %d thread(s) | KV budget %s | store %s\n"
+                 "[serve] model %s | %s | KV budget %s | store %s\n"
                  "[serve] listening on http://%s:%d%s\n",
-                 a.o.model_id.c_str(), a.o.parallel, std::max(1, a.o.threads / a.o.parallel),
-                 human_bytes(a.o.kv_budget).c_str(), srv.store_description().c_str(), a.o.host.c_str(), port,
+                 a.o.model_id.c_str(), compute.c_str(), human_bytes(a.o.kv_budget).c_str(),
+                 srv.store_description().c_str(), a.o.host.c_str(), port,
                  a.o.api_key.empty() ? "" : " (API key required)");
     std::fflush(stderr);
     srv.listen();
@@ -101,7 +106,17 @@ const CommandRegistrar reg("serve", [](CLI::App & app, int & rc) {
     cmd->add_option("--host", a->o.host, "address to listen on (default localhost only)")->capture_default_str();
     cmd->add_option("--port", a->o.port, "port (0: any free one, printed)")->capture_default_str();
     cmd->add_option("--api-key", a->o.api_key, "require 'Authorization: Bearer KEY' (except on / and /health)");
-    cmd->add_option("--parallel", a->o.parallel, "requests computed at the same time (slots)")
+    cmd->add_option("--parallel", a->o.parallel,
+                    "requests computed at the same time (slots; with batching, the most in one batch)")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    cmd->add_flag("!--no-batching", a->o.batching,
+                  "run each request alone on its slot (--parallel engines sharing --threads) instead of decoding the "
+                  "admitted requests together in one batch per step on one engine of --threads threads (continuous "
+                  "batching, the default; a --decode-policy runs each request on its slot)");
+    cmd->add_option("--batch-chunk", a->o.batch_chunk,
+                    "with batching: the most query tokens a request prefills in one step (the others' next token "
+                    "waits for at most that)")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
     cmd->add_option("--queue", a->o.queue, "requests that may wait for a slot; more get 503")

@@ -121,6 +121,7 @@ CompletionRequest parse_completion_request(const nlohmann::json & b, bool chat) 
         }
     }
     r.stream = boolean(b, "stream", false);
+    r.ignore_eos = boolean(b, "ignore_eos", false);
     if (b.contains("stream_options") && b["stream_options"].is_object())
         r.include_usage = boolean(b["stream_options"], "include_usage", false);
     if (chat) {

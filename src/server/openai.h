@@ -24,6 +24,7 @@ struct CompletionRequest {
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
+    bool ignore_eos = false;     // llama.cpp's and vLLM's extension: answers of max_tokens (benchmarks)
     bool logprobs = false;
     int32_t top_logprobs = 0;
     std::string model;  // as the client named it ("" when absent); the server runs one model

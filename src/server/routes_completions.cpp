@@ -154,14 +154,15 @@ Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
     GenerateOptions go;
     go.max_tokens = p.max_tokens;
     go.eog_ids = s.tok.eog_ids();
+    go.stop_on_eog = !p.req.ignore_eos;
     go.sampling = p.req.sampling;
     go.n_logprobs = p.req.logprobs ? std::max(1, p.req.top_logprobs) : 0;
     const std::unique_ptr<DecodePolicy> policy = s.decode->another();
     policy->start(work);
-    go.decode = &policy->hook();
+    if (!s.batch) go.decode = &policy->hook();
     TextStream ts(s.tok, p.req.stop);
     bool first = true;
-    o.r = engine.generate(work, p.query, go, [&](int32_t tok) {
+    const auto on_token = [&](int32_t tok) {
         if (first) o.request_ttft_s = now_seconds() - p.t_request;
         first = false;
         const std::string delta = ts.push(tok);
@@ -170,7 +171,10 @@ Outcome generate(ServerState & s, const Prepared & p, Engine & engine,
             return false;
         }
         return !ts.stopped();
-    });
+    };
+    // the decoding loop takes every request of the server in one batch; a policy compacts one
+    // request's cache between its own steps, on its slot
+    o.r = s.batch ? s.batch->generate(work, p.query, go, on_token) : engine.generate(work, p.query, go, on_token);
     const std::string rest = ts.finish();
     if (!o.client_gone && !rest.empty()) o.client_gone = !emit(rest);
     o.text = ts.text();

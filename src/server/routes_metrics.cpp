@@ -12,6 +12,7 @@ const RouteRegistrar reg({{"GET", "/metrics"}}, [](ServerState & s) {
     s.http.Get("/metrics", [&s](const httplib::Request &, httplib::Response & res) {
         const MemInfo mi = mem_info();
         const BackendCounts st = s.store->store_counts();
+        const BatchScheduler::Counts bc = s.batch ? s.batch->counts() : BatchScheduler::Counts{};
         res.set_content(
             s.metrics.render({
                 {"kvlab_kv_resident_bytes", "Bytes of stored contexts' KV rows resident in memory.",
@@ -35,10 +36,19 @@ const RouteRegistrar reg({{"GET", "/metrics"}}, [](ServerState & s) {
                  double(st.errors)},
                 {"kvlab_store_read_bytes_total", "Bytes read from the store.", double(st.bytes_read)},
                 {"kvlab_store_written_bytes_total", "Bytes written to the store.", double(st.bytes_written)},
-                {"kvlab_store_up", "1 when the store answered its last operation.", s.store->backend().healthy() ? 1.0 : 0.0},
+                {"kvlab_store_up", "1 when the store answered its last operation.",
+                 s.store->backend().healthy() ? 1.0 : 0.0},
                 {"kvlab_slots", "Engines computing requests in parallel.", double(s.slots->size())},
                 {"kvlab_slots_busy", "Slots working now.", double(s.slots->busy())},
                 {"kvlab_queue_waiting", "Requests waiting for a slot.", double(s.slots->waiting())},
+                {"kvlab_batching", "1 when requests decode together (continuous batching), 0 each on its slot.",
+                 s.batch ? 1.0 : 0.0},
+                {"kvlab_batch_steps_total", "Decoding-loop steps (one graph each).", double(bc.steps)},
+                {"kvlab_batch_rows_total",
+                 "Requests summed over the decoding loop's steps (over steps: the mean batch).",
+                 double(bc.batched_rows)},
+                {"kvlab_batch_size", "Requests in the decoding loop's last step.", double(bc.last_batch)},
+                {"kvlab_batch_running", "Requests in the decoding loop now.", double(bc.running)},
                 {"kvlab_process_resident_memory_bytes", "RSS of the server process.", double(mi.rss_bytes)},
                 {"kvlab_connections_open", "TCP connections open to the server.", double(s.guard->n_open())},
                 {"kvlab_connections_cut_total",

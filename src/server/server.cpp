@@ -117,6 +117,12 @@ Server::Server(const Model & model, const Tokenizer & tok, ServerOptions opts)
         throw Error("serve", e.what());
     }
     s.decode = std::make_unique<DecodePolicy>(o.decode, model);  // the policy's options checked at start
+    if (o.batching && o.decode.method == "none") {
+        if (o.batch_chunk < 1) throw Error("serve", "--batch-chunk must be at least 1");
+        EngineOptions be = o.engine;
+        be.n_threads = std::max(1, o.threads);
+        s.batch = std::make_unique<BatchScheduler>(model, be, o.parallel, o.batch_chunk);
+    }
 
     if (o.max_connections < 1 || o.max_per_client < 1 || o.read_timeout_s < 1)
         throw Error("serve", "--max-connections, --max-connections-per-client and --read-timeout must be at least 1");

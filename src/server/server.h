@@ -35,6 +35,11 @@ struct ServerOptions {
     EngineOptions engine;             // chunk size and attention kernel (threads set per slot)
     DecodePolicyOptions decode;       // compression while decoding, every generation (--decode-policy)
     bool prefix_reuse = true;         // a prompt that begins with a stored context's tokens is answered from it
+    // Continuous batching (server/batch_scheduler.h): the admitted requests (up to `parallel`)
+    // decode in one graph per step on one engine of `threads` threads, a query prefilled at most
+    // `batch_chunk` tokens a step. Off, or with a decoding policy: each request alone on its slot.
+    bool batching = true;
+    int64_t batch_chunk = 64;
 };
 
 struct ServerState;  // src/server/state.h

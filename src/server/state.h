@@ -8,6 +8,7 @@
 #include <string>
 
 #include "server/api_error.h"
+#include "server/batch_scheduler.h"
 #include "server/connection_guard.h"
 #include "server/context_store.h"
 #include "server/metrics.h"
@@ -21,7 +22,8 @@ struct ServerState {
     const Tokenizer & tok;
     ServerOptions opts;
     httplib::Server http;
-    std::unique_ptr<Slots> slots;
+    std::unique_ptr<Slots> slots;           // admission (and the engines of contexts and of policies)
+    std::unique_ptr<BatchScheduler> batch;  // the decoding loop; null: each request on its slot
     std::unique_ptr<ContextStore> store;
     std::unique_ptr<ConnectionGuard> guard;
     Metrics metrics;
