@@ -10,10 +10,18 @@ struct BatchScheduler::Pending {
     std::vector<int32_t> query;
     GenerateOptions opts;
     std::deque<int32_t> tokens;  // sampled, not yet taken by the connection
+    bool handling = false;       // the connection is turning tokens into text and writing them
     bool cancel = false, done = false;
     std::string error;
     GenerateResult result;
     std::condition_variable changed;
+};
+
+struct BatchScheduler::Job {
+    std::function<void()> fn;
+    std::exception_ptr error;
+    bool done = false;
+    std::condition_variable finished;
 };
 
 BatchScheduler::BatchScheduler(const Model & model, EngineOptions eo, int max_batch, int64_t chunk)
@@ -41,6 +49,7 @@ GenerateResult BatchScheduler::generate(KvStore & cache, std::vector<int32_t> qu
     // until the loop is done with the cache: a cancelled request still waits for its last step
     for (;;) {
         p->changed.wait(lock, [&] { return p->done || !p->tokens.empty(); });
+        p->handling = true;
         while (!p->tokens.empty()) {
             const int32_t tok = p->tokens.front();
             p->tokens.pop_front();
@@ -50,12 +59,25 @@ GenerateResult BatchScheduler::generate(KvStore & cache, std::vector<int32_t> qu
             lock.lock();
             if (!go_on) p->cancel = true;
         }
+        p->handling = false;
+        handled_.notify_all();
         if (p->done) break;
     }
     if (!p->error.empty()) throw Error("serve", p->error);
     GenerateResult r = std::move(p->result);
     if (p->cancel) r.stop_reason = "caller";
     return r;
+}
+
+void BatchScheduler::run(const std::function<void()> & job) {
+    auto j = std::make_shared<Job>();
+    j->fn = job;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stop_) throw Error("serve", "the server is stopping");
+    jobs_.push_back(j);
+    work_.notify_all();
+    j->finished.wait(lock, [&] { return j->done; });
+    if (j->error) std::rethrow_exception(j->error);
 }
 
 BatchScheduler::Counts BatchScheduler::counts() const {
@@ -66,7 +88,20 @@ BatchScheduler::Counts BatchScheduler::counts() const {
 void BatchScheduler::loop() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-        work_.wait(lock, [&] { return stop_ || !incoming_.empty() || !running_.empty(); });
+        work_.wait(lock, [&] { return stop_ || !incoming_.empty() || !running_.empty() || !jobs_.empty(); });
+        while (!jobs_.empty()) {  // (also while stopping: their callers wait for them)
+            std::shared_ptr<Job> j = jobs_.front();
+            jobs_.pop_front();
+            lock.unlock();
+            try {
+                j->fn();
+            } catch (...) {
+                j->error = std::current_exception();
+            }
+            lock.lock();
+            j->done = true;
+            j->finished.notify_all();
+        }
         if (stop_) {
             for (auto & [id, p] : running_) decoder_.cancel(id);
             for (auto & p : incoming_) {
@@ -99,6 +134,15 @@ void BatchScheduler::loop() {
         incoming_.clear();
         for (auto & [id, p] : running_)
             if (p->cancel) decoder_.cancel(id);
+        // the connections write the last step's tokens before the next step takes the CPUs (on a
+        // machine whose cores all compute, a connection thread woken mid-step preempts a compute
+        // thread and the step's barriers wait for it); a connection still writing after
+        // k_handoff_wait (a client that does not read) is left to it
+        handled_.wait_for(lock, k_handoff_wait, [&] {
+            for (const auto & [id, p] : running_)
+                if (p->handling || !p->tokens.empty()) return false;
+            return true;
+        });
         lock.unlock();
         std::string failed;
         try {

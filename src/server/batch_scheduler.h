@@ -5,6 +5,7 @@
 // its own thread, never the loop.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -35,6 +36,18 @@ public:
     GenerateResult generate(KvStore & cache, std::vector<int32_t> query, const GenerateOptions & opts,
                             const std::function<bool(int32_t)> & on_token);
 
+    // Runs job on the loop's thread between two steps and returns when it is done (its exception
+    // rethrown here): every graph of the server then computes on one thread. ggml computes with
+    // OpenMP, whose runtime keeps a team of threads per thread that starts a parallel region; with
+    // a second such thread (a context made on a connection's thread) the process holds more
+    // OpenMP threads than CPUs and libgomp stops spinning at barriers: a decode step's few hundred
+    // barriers each became a sleep and a wake, and decode ran at half speed (smollm2-135m, 2
+    // threads, AMD EPYC Zen 4: 61 instead of 127 tok/s after a context was made). The steps wait
+    // while a job runs.
+    void run(const std::function<void()> & job);
+    // The loop's engine (every thread), for a job to compute with: only inside run().
+    Engine & engine() { return engine_; }
+
     struct Counts {
         uint64_t steps = 0;         // graphs run
         uint64_t batched_rows = 0;  // requests summed over the steps
@@ -49,9 +62,14 @@ private:
 
     Engine engine_;
     BatchDecoder decoder_;
+    // the longest a step waits for the connections to take the last step's tokens
+    static constexpr std::chrono::milliseconds k_handoff_wait{2};
+
     mutable std::mutex mu_;
-    std::condition_variable work_;
+    std::condition_variable work_, handled_;
     std::vector<std::shared_ptr<Pending>> incoming_;
+    struct Job;
+    std::deque<std::shared_ptr<Job>> jobs_;
     std::map<int64_t, std::shared_ptr<Pending>> running_;  // by decoder id
     Counts counts_;
     bool stop_ = false;

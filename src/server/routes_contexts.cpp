@@ -1,5 +1,7 @@
 // /v1/contexts: a context is prefilled once, compressed by a method (or kept full), saved
 // as a cache file in the store and answered from by later requests (their `context` field).
+#include <optional>
+
 #include "kvlab/compress_flow.h"
 #include "kvlab/error.h"
 #include "kvlab/sys.h"
@@ -45,7 +47,14 @@ void create_context(ServerState & s, const nlohmann::json & body, httplib::Respo
     } catch (const Error & e) {
         throw ApiError(400, e.what(), "text", "context_length_exceeded");
     }
-    MadeContext m = make_context(lease->engine(), s.tok, job);
+    // with batching, on the decoding loop's thread and engine (BatchScheduler::run: one OpenMP
+    // team, every thread), the steps waiting meanwhile
+    std::optional<MadeContext> made;
+    if (s.batch)
+        s.batch->run([&] { made.emplace(make_context(s.batch->engine(), s.tok, job)); });
+    else
+        made.emplace(make_context(lease->engine(), s.tok, job));
+    MadeContext & m = *made;
     nlohmann::json object = {{"name", r.name}, {"model", s.opts.model_id}};
     object.update(m.info);
     const double t0 = now_seconds();
