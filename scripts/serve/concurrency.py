@@ -46,17 +46,25 @@ def rss_kib(pid):
     return 0
 
 
-def start(cmd, pattern):
+def start(cmd, pattern, log_path):
+    """The server started, its stderr kept in log_path."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(log_path, "w")
     port = None
     for line in proc.stderr:
+        log.write(line)
         m = re.search(pattern, line)
         if m:
             port = int(m.group(1))
             break
     if port is None:
-        raise SystemExit("server did not start: %s" % " ".join(cmd))
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+        raise SystemExit("server did not start: %s (its log: %s)" % (" ".join(cmd), log_path))
+
+    def drain():
+        for line in proc.stderr:
+            log.write(line)
+        log.close()
+    threading.Thread(target=drain, daemon=True).start()
     return proc, port
 
 
@@ -78,6 +86,16 @@ def ask_stream(url, body):
     return ttft or 0.0, time.time() - t0, tokens
 
 
+def ask_whole(url, body):
+    """(None, total_s, completion_tokens) of one answer sent whole (the client parses one body:
+    on a machine where the clients share the server's cores, streaming's per-token parsing
+    takes CPU from the server)."""
+    t0 = time.time()
+    with post(url, dict(body, stream=False)) as r:
+        j = json.loads(r.read())
+    return None, time.time() - t0, j["usage"]["completion_tokens"]
+
+
 def run_clients(n, ask, per_client):
     results, errors = [], 0
     t0 = time.time()
@@ -91,7 +109,7 @@ def run_clients(n, ask, per_client):
                 print("[concurrency] error: %s" % e, file=sys.stderr)
                 errors += 1
     wall = time.time() - t0
-    ttfts = sorted(r[0] for r in results)
+    ttfts = sorted(r[0] for r in results if r[0] is not None)
     totals = sorted(r[1] for r in results)
     tokens = sum(r[2] for r in results)
 
@@ -107,7 +125,7 @@ def kvlab_run(args, name, extra, n, document):
     store = tempfile.mkdtemp(prefix="kvlab-bench-store-")
     cmd = [args.kvlab, "serve", args.model, "--port", "0", "--store", store, "-t", str(args.threads),
            "--parallel", str(n), "--queue", "256"] + extra
-    proc, port = start(cmd, r"listening on http://[^:]+:(\d+)")
+    proc, port = start(cmd, r"listening on http://[^:]+:(\d+)", os.path.join(args.log_dir, "kvlab-%s-%d.log" % (name, n)))
     try:
         base = "http://127.0.0.1:%d" % port
         with post(base + "/v1/contexts", {"text": document, "method": args.method,
@@ -123,7 +141,7 @@ def kvlab_run(args, name, extra, n, document):
         threading.Thread(target=watch, daemon=True).start()
 
         def ask(q):
-            return ask_stream(base + "/v1/chat/completions",
+            return (ask_whole if args.no_stream else ask_stream)(base + "/v1/chat/completions",
                               {"messages": [{"role": "user", "content": q}], "max_tokens": args.answer,
                                "temperature": 0, "ignore_eos": True, "context": ctx})
         ask(QUESTIONS[0])  # warm
@@ -143,6 +161,60 @@ def kvlab_run(args, name, extra, n, document):
         proc.wait()
 
 
+def free_port():
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def llama_run(args, n, document):
+    """llama-server with continuous batching: -np N -cb, the document as every client's cached
+    prompt prefix (each slot warmed with it first, through id_slot)."""
+    port = free_port()
+    cmd = [args.llama_server, "-m", args.model, "--host", "127.0.0.1", "--port", str(port), "-t", str(args.threads),
+           "-np", str(n), "-cb", "-c", str(n * args.slot_ctx), "-fa", "on"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = "http://127.0.0.1:%d" % port
+        deadline = time.time() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            if time.time() > deadline or proc.poll() is not None:
+                raise SystemExit("llama-server did not start: %s" % " ".join(cmd))
+            time.sleep(0.2)
+
+        def body(q, **extra):
+            return dict({"messages": [{"role": "user", "content": document + "\n\nQuestion: " + q}],
+                         "max_tokens": args.answer, "temperature": 0, "ignore_eos": True, "cache_prompt": True},
+                        **extra)
+        for i in range(n):  # every slot holds the document before the clients come
+            with post(base + "/v1/chat/completions", body("Hello?", id_slot=i, max_tokens=1)) as r:
+                r.read()
+        peak = [0]
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                peak[0] = max(peak[0], rss_kib(proc.pid))
+                time.sleep(0.05)
+        threading.Thread(target=watch, daemon=True).start()
+        ask = ask_whole if args.no_stream else ask_stream
+        r = run_clients(n, lambda q: ask(base + "/v1/chat/completions", body(q)), args.per_client)
+        stop.set()
+        r["peak_rss_bytes"] = peak[0] * 1024
+        r["server"] = "llama-server"
+        return r
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kvlab", required=True)
@@ -155,6 +227,10 @@ def main():
     ap.add_argument("--chars", type=int, default=8000, help="document length in characters (~2k tokens)")
     ap.add_argument("--method", default="none")
     ap.add_argument("--ratio", type=float, default=0.5)
+    ap.add_argument("--llama-server", default="", help="llama.cpp's llama-server: run it too")
+    ap.add_argument("--slot-ctx", type=int, default=4096, help="llama-server's context per slot (-c is N times it)")
+    ap.add_argument("--no-stream", action="store_true", help="answers sent whole (throughput; no TTFT)")
+    ap.add_argument("--log-dir", default=tempfile.gettempdir(), help="where the servers' stderr goes")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     configs = [c.split("=", 1) for c in (args.config or ["batching="])]
@@ -166,6 +242,10 @@ def main():
     for n in [int(x) for x in args.concurrency.split(",")]:
         for name, extra in configs:
             r = kvlab_run(args, name, extra.split(), n, document)
+            print(json.dumps(r), flush=True)
+            out["runs"].append(r)
+        if args.llama_server:
+            r = llama_run(args, n, document)
             print(json.dumps(r), flush=True)
             out["runs"].append(r)
     if args.out:
