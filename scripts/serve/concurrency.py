@@ -46,6 +46,23 @@ def rss_kib(pid):
     return 0
 
 
+class PeakRss:
+    """A process's peak RSS, sampled every 50 ms from now until stop() (which returns it, bytes)."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.done = pid, 0, threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self):
+        while not self.done.is_set():
+            self.peak = max(self.peak, rss_kib(self.pid))
+            time.sleep(0.05)
+
+    def stop(self):
+        self.done.set()
+        return self.peak * 1024
+
+
 def start(cmd, pattern, log_path):
     """The server started, its stderr kept in log_path."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -131,14 +148,7 @@ def kvlab_run(args, name, extra, n, document):
         with post(base + "/v1/contexts", {"text": document, "method": args.method,
                                            **({"ratio": args.ratio} if args.method != "none" else {})}) as r:
             ctx = json.loads(r.read())["id"]
-        peak = [0]
-        stop = threading.Event()
-
-        def watch():
-            while not stop.is_set():
-                peak[0] = max(peak[0], rss_kib(proc.pid))
-                time.sleep(0.05)
-        threading.Thread(target=watch, daemon=True).start()
+        peak = PeakRss(proc.pid)
 
         def ask(q):
             return (ask_whole if args.no_stream else ask_stream)(base + "/v1/chat/completions",
@@ -146,8 +156,7 @@ def kvlab_run(args, name, extra, n, document):
                                "temperature": 0, "ignore_eos": True, "context": ctx})
         ask(QUESTIONS[0])  # warm
         r = run_clients(n, ask, args.per_client)
-        stop.set()
-        r["peak_rss_bytes"] = peak[0] * 1024
+        r["peak_rss_bytes"] = peak.stop()
         with urllib.request.urlopen(base + "/metrics") as m:
             text = m.read().decode()
         steps = re.search(r"^kvlab_batch_steps_total (\S+)$", text, re.M)
@@ -196,18 +205,10 @@ def llama_run(args, n, document):
         for i in range(n):  # every slot holds the document before the clients come
             with post(base + "/v1/chat/completions", body("Hello?", id_slot=i, max_tokens=1)) as r:
                 r.read()
-        peak = [0]
-        stop = threading.Event()
-
-        def watch():
-            while not stop.is_set():
-                peak[0] = max(peak[0], rss_kib(proc.pid))
-                time.sleep(0.05)
-        threading.Thread(target=watch, daemon=True).start()
+        peak = PeakRss(proc.pid)
         ask = ask_whole if args.no_stream else ask_stream
         r = run_clients(n, lambda q: ask(base + "/v1/chat/completions", body(q)), args.per_client)
-        stop.set()
-        r["peak_rss_bytes"] = peak[0] * 1024
+        r["peak_rss_bytes"] = peak.stop()
         r["server"] = "llama-server"
         return r
     finally:
