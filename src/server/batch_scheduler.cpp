@@ -1,5 +1,7 @@
 #include "server/batch_scheduler.h"
 
+#include <algorithm>
+
 #include "kvlab/error.h"
 
 namespace kvlab::server {
@@ -47,6 +49,7 @@ GenerateResult BatchScheduler::generate(KvStore & cache, std::vector<int32_t> qu
     incoming_.push_back(p);
     work_.notify_all();
     // until the loop is done with the cache: a cancelled request still waits for its last step
+    size_t delivered = 0;  // tokens handed to on_token, the one that stopped it included
     for (;;) {
         p->changed.wait(lock, [&] { return p->done || !p->tokens.empty(); });
         p->handling = true;
@@ -54,6 +57,7 @@ GenerateResult BatchScheduler::generate(KvStore & cache, std::vector<int32_t> qu
             const int32_t tok = p->tokens.front();
             p->tokens.pop_front();
             if (p->cancel || !on_token) continue;
+            ++delivered;
             lock.unlock();
             const bool go_on = on_token(tok);
             lock.lock();
@@ -65,7 +69,11 @@ GenerateResult BatchScheduler::generate(KvStore & cache, std::vector<int32_t> qu
     }
     if (!p->error.empty()) throw Error("serve", p->error);
     GenerateResult r = std::move(p->result);
-    if (p->cancel) r.stop_reason = "caller";
+    if (p->cancel) {  // the tokens the loop made before it saw the stop are not the answer's
+        r.stop_reason = "caller";
+        r.tokens.resize(std::min(r.tokens.size(), delivered));
+        r.logprobs.resize(std::min(r.logprobs.size(), delivered));
+    }
     return r;
 }
 

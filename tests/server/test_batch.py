@@ -80,6 +80,25 @@ class Batching(unittest.TestCase):
         self.assertGreater(rows / steps, 1.5, "the requests hardly shared a step")
         self.assertEqual(metric(m, "kvlab_batch_running"), 0)
 
+    def test_a_stop_string_ends_the_answer_at_its_token(self):
+        s = self.server
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+
+        def stopped(i):
+            return client.chat.completions.create(
+                model="kvlab", messages=[{"role": "user", "content": QUESTIONS[3]}], temperature=0, max_tokens=64,
+                stop=["."], logprobs=True, extra_body={"context": self.contexts[i % 2]})
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(stopped, range(4)))
+        for r in got:
+            tokens = [t.token for t in r.choices[0].logprobs.content]
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+            self.assertEqual(r.usage.completion_tokens, len(tokens))
+            # the loop may have made tokens past the stop before it saw it: they are not the answer's
+            self.assertIn(".", tokens[-1])
+            self.assertNotIn(".", "".join(tokens[:-1]))
+            self.assertNotIn(".", r.choices[0].message.content)
+
     def test_a_cancelled_request_ends_and_the_others_go_on(self):
         s = self.server
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
