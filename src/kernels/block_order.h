@@ -24,8 +24,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <new>
-#include <vector>
 
 #include "kernels/block_types.h"
 #include "kernels/products.h"
@@ -108,18 +106,6 @@ SliceSize product_scratch(int64_t K, int64_t M) {
 }
 
 #ifdef KVLAB_BLOCK_VNNI
-
-// 64-byte aligned storage (the block sums are read with aligned loads).
-template <class T>
-struct AlignedAlloc {
-    using value_type = T;
-    AlignedAlloc() = default;
-    template <class U>
-    AlignedAlloc(const AlignedAlloc<U> &) {}
-    T * allocate(size_t n) { return static_cast<T *>(::operator new(n * sizeof(T), std::align_val_t(64))); }
-    void deallocate(T * q, size_t) { ::operator delete(q, std::align_val_t(64)); }
-    bool operator==(const AlignedAlloc &) const { return true; }
-};
 
 // A panel of 16 weight rows unpacked for the AMX tiles: per block the 8 vectors end to end (one
 // B tile), and the rows' scales and minima (Q6_K: second halves' scales), [nb][16] each.

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"

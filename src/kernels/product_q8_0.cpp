@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"

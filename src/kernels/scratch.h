@@ -92,7 +92,6 @@ public:
         t_->ne[0] = n;
         t_->nb[1] = t_->nb[2] = t_->nb[3] = size_t(n);
     }
-    int n_threads() const { return n_threads_; }
     size_t bytes() const { return ggml_nbytes(t_); }
     ggml_tensor * tensor() const { return t_; }
 

@@ -12,7 +12,6 @@ struct BatchScheduler::Pending {
     std::vector<int32_t> query;
     GenerateOptions opts;
     std::deque<int32_t> tokens;  // sampled, not yet taken by the connection
-    bool handling = false;       // the connection is turning tokens into text and writing them
     bool cancel = false, done = false;
     std::string error;
     GenerateResult result;
@@ -52,7 +51,6 @@ GenerateResult BatchScheduler::generate(KvStore & cache, std::vector<int32_t> qu
     size_t delivered = 0;  // tokens handed to on_token, the one that stopped it included
     for (;;) {
         p->changed.wait(lock, [&] { return p->done || !p->tokens.empty(); });
-        p->handling = true;
         while (!p->tokens.empty()) {
             const int32_t tok = p->tokens.front();
             p->tokens.pop_front();
@@ -63,8 +61,6 @@ GenerateResult BatchScheduler::generate(KvStore & cache, std::vector<int32_t> qu
             lock.lock();
             if (!go_on) p->cancel = true;
         }
-        p->handling = false;
-        handled_.notify_all();
         if (p->done) break;
     }
     if (!p->error.empty()) throw Error("serve", p->error);
@@ -142,15 +138,6 @@ void BatchScheduler::loop() {
         incoming_.clear();
         for (auto & [id, p] : running_)
             if (p->cancel) decoder_.cancel(id);
-        // the connections write the last step's tokens before the next step takes the CPUs (on a
-        // machine whose cores all compute, a connection thread woken mid-step preempts a compute
-        // thread and the step's barriers wait for it); a connection still writing after
-        // k_handoff_wait (a client that does not read) is left to it
-        handled_.wait_for(lock, k_handoff_wait, [&] {
-            for (const auto & [id, p] : running_)
-                if (p->handling || !p->tokens.empty()) return false;
-            return true;
-        });
         lock.unlock();
         std::string failed;
         try {

@@ -5,7 +5,6 @@
 // its own thread, never the loop.
 #pragma once
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -62,11 +61,8 @@ private:
 
     Engine engine_;
     BatchDecoder decoder_;
-    // the longest a step waits for the connections to take the last step's tokens
-    static constexpr std::chrono::milliseconds k_handoff_wait{2};
-
     mutable std::mutex mu_;
-    std::condition_variable work_, handled_;
+    std::condition_variable work_;
     std::vector<std::shared_ptr<Pending>> incoming_;
     struct Job;
     std::deque<std::shared_ptr<Job>> jobs_;
